@@ -1,0 +1,10 @@
+//! numa-shim: a CRI proxy that gives any Kubernetes node pod-level NUMA resource management.
+//!
+//! See ARCHITECTURE.md for the request path and each module's invariants.
+#![forbid(unsafe_code)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+pub mod cli;
+pub mod cpuset;
+pub mod placement;
+pub mod topology;

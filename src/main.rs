@@ -1,0 +1,38 @@
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use numa_shim::cli;
+
+/// numa-shim: pod-level NUMA resource management as a CRI proxy.
+#[derive(Debug, Parser)]
+#[command(name = "numa-shim", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the CRI proxy between the kubelet and the runtime.
+    Serve(cli::serve::Args),
+    /// Decide where pods of a scenario would land, without a cluster.
+    Simulate(cli::simulate::Args),
+    /// Print the machine topology discovered from sysfs.
+    Topology(cli::topology::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => cli::serve::run(args),
+        Command::Simulate(args) => cli::simulate::run(args),
+        Command::Topology(args) => cli::topology::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("numa-shim: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The decision core: what a kubelet 1.37 with the static CPU Manager, the Static Memory Manager,
+//! the Topology Manager and PodLevelResourceManagers would decide for each pod and container.
+//!
+//! Architecture invariant: pure. No I/O, no async, no clock, no tonic, no logging side effects
+//! that change results; inputs in, decisions out. The same inputs always give the same output.
+
+pub mod hint;
+pub mod pod;
+
+pub use hint::{NumaMask, TopologyHint};
+pub use pod::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
