@@ -7,4 +7,5 @@
 pub mod cli;
 pub mod cpuset;
 pub mod placement;
+pub mod quantity;
 pub mod topology;

@@ -4,8 +4,14 @@
 //! Architecture invariant: pure. No I/O, no async, no clock, no tonic, no logging side effects
 //! that change results; inputs in, decisions out. The same inputs always give the same output.
 
+pub mod config;
+pub mod error;
 pub mod hint;
 pub mod pod;
+pub mod provider;
 
+pub use config::Config;
+pub use error::AdmissionError;
 pub use hint::{NumaMask, TopologyHint};
 pub use pod::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
+pub use provider::{HintProvider, ResourceHints};

@@ -1,0 +1,45 @@
+//! Admission errors with the kubelet's reasons (`Type()`) and messages (`Error()`).
+
+/// Why a pod was not admitted. `reason()` is the pod status reason the kubelet would set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    /// The merged hint does not satisfy the topology policy.
+    #[error("Resources cannot be allocated with Topology locality")]
+    TopologyAffinity,
+    /// Pod-level resources leave no room for shared containers; the message is the kubelet's.
+    #[error("{message}")]
+    EmptyPodSharedPool { message: String },
+    /// full-pcpus-only could not be honoured.
+    #[error("{}", smt_message(*requested_cpus, *cpus_per_core, *available_physical_cpus, *caused_by_physical_cpus))]
+    SmtAlignment {
+        requested_cpus: usize,
+        cpus_per_core: usize,
+        available_physical_cpus: usize,
+        caused_by_physical_cpus: bool,
+    },
+    /// Any other allocation failure (e.g. not enough CPUs), wrapped as the kubelet does.
+    #[error("Allocate failed due to {0}, which is unexpected")]
+    Unexpected(String),
+}
+
+impl AdmissionError {
+    /// The kubelet's reason string for the pod status and event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::TopologyAffinity => "TopologyAffinityError",
+            Self::EmptyPodSharedPool { .. } => "EmptyPodSharedPoolError",
+            Self::SmtAlignment { .. } => "SMTAlignmentError",
+            Self::Unexpected(_) => "UnexpectedAdmissionError",
+        }
+    }
+}
+
+fn smt_message(requested: usize, per_core: usize, available: usize, physical: bool) -> String {
+    if physical {
+        format!(
+            "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = {available}, requested CPUs = {requested}, CPUs per core = {per_core}"
+        )
+    } else {
+        format!("SMT Alignment Error: requested {requested} cpus not multiple cpus per core = {per_core}")
+    }
+}
