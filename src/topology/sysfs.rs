@@ -109,10 +109,7 @@ fn read_cpu(cpu_dir: &Path, cpu: u32) -> Result<RawCpu, TopologyError> {
 }
 
 /// The NUMA nodes, and for each its online CPUs (every online CPU on exactly one node).
-fn read_nodes(
-    root: &Path,
-    online: &CpuSet,
-) -> Result<(Vec<NumaNode>, Vec<CpuSet>), TopologyError> {
+fn read_nodes(root: &Path, online: &CpuSet) -> Result<(Vec<NumaNode>, Vec<CpuSet>), TopologyError> {
     let node_dir = root.join(NODE_DIR);
     let ids = numbered_entries(&node_dir, "node")?;
     if ids.is_empty() {
@@ -275,7 +272,8 @@ fn shared_count(dir: &Path) -> Result<Option<usize>, TopologyError> {
     };
     let mut count = 0;
     for word in text.trim().split(',') {
-        let bits = u64::from_str_radix(word.trim(), 16).map_err(|_| malformed(&map, "a hex cpu mask", &text))?;
+        let bits = u64::from_str_radix(word.trim(), 16)
+            .map_err(|_| malformed(&map, "a hex cpu mask", &text))?;
         count += bits.count_ones() as usize;
     }
     Ok(Some(count))
@@ -321,9 +319,9 @@ fn read_hugepages(dir: &Path) -> Result<BTreeMap<u64, u64>, TopologyError> {
             .parse()
             .map_err(|_| malformed(&nr_path, "a page count", &nr_text))?;
         let size = kb * 1024;
-        let total = pages
-            .checked_mul(size)
-            .ok_or_else(|| malformed(&nr_path, "a page count that fits in 64-bit bytes", &nr_text))?;
+        let total = pages.checked_mul(size).ok_or_else(|| {
+            malformed(&nr_path, "a page count that fits in 64-bit bytes", &nr_text)
+        })?;
         out.insert(size, total);
     }
     Ok(out)
@@ -336,7 +334,10 @@ fn read_distances(path: &Path) -> Result<Vec<u32>, TopologyError> {
         return Ok(Vec::new());
     };
     text.split_whitespace()
-        .map(|d| d.parse().map_err(|_| malformed(path, "space-separated distances", &text)))
+        .map(|d| {
+            d.parse()
+                .map_err(|_| malformed(path, "space-separated distances", &text))
+        })
         .collect()
 }
 
@@ -364,7 +365,10 @@ fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, TopologyError> {
     let mut out = Vec::new();
     for entry in entries {
         let entry = entry.map_err(read_err)?;
-        out.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
+        out.push((
+            entry.file_name().to_string_lossy().into_owned(),
+            entry.path(),
+        ));
     }
     Ok(out)
 }
