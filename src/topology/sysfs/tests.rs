@@ -3,6 +3,8 @@
 //! a few ids by hand so that writer and reader cannot agree on a mistake unnoticed.
 
 use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
 
 use super::*;
 use crate::topology::fake::{remove, write_file, FakeSysfs};
