@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+pub mod cgroup;
 pub mod cli;
 pub mod cpuset;
 pub mod knowledge;
