@@ -4,8 +4,11 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+pub mod cgroup;
 pub mod cli;
 pub mod cpuset;
+pub mod knowledge;
 pub mod placement;
 pub mod quantity;
+pub mod state;
 pub mod topology;
