@@ -7,8 +7,11 @@
 pub mod config;
 pub mod error;
 pub mod hint;
+pub mod memory;
+pub mod node;
 pub mod pod;
 pub mod provider;
+pub mod topology_manager;
 
 pub use config::Config;
 pub use error::AdmissionError;
