@@ -1,0 +1,1 @@
+//! Tests over the whole CPU manager (fixture loaders in `tests/fixtures`).
