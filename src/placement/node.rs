@@ -332,4 +332,6 @@ fn containers(pod: &PodSpec) -> impl Iterator<Item = &ContainerSpec> {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
