@@ -36,7 +36,11 @@ impl CpuManager {
             }
             return one(self.generate_hints(&allocated, &CpuSet::new(), requested));
         }
-        let reusable = self.cpus_to_reuse.get(&pod.uid).cloned().unwrap_or_default();
+        let reusable = self
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
         one(self.generate_hints(&self.available(), &reusable, requested))
     }
 
@@ -108,9 +112,9 @@ impl CpuManager {
         }
         for h in &mut hints {
             let Some(mask) = h.affinity else { continue };
-            if self.options.align_by_socket && self.is_socket_aligned(mask, min_size) {
-                h.preferred = true;
-            } else if mask.count() as usize == min_size {
+            let socket_aligned =
+                self.options.align_by_socket && self.is_socket_aligned(mask, min_size);
+            if socket_aligned || mask.count() as usize == min_size {
                 h.preferred = true;
             }
         }
