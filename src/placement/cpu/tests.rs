@@ -3,6 +3,7 @@
 //! tests (`props`). `fixtures` loads the shared topology JSON (test-only, deliberately tiny).
 
 mod fixtures;
+mod plrm;
 mod policy;
 mod props;
 mod take;
