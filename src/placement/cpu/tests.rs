@@ -6,5 +6,6 @@ mod fixtures;
 mod plrm;
 mod policy;
 mod props;
+mod restore;
 mod take;
 mod vectors;
