@@ -482,6 +482,51 @@ fn state_round_trips_through_serde() {
     m.allocate(&p, &p.containers[0], &hint(&[0], true)).unwrap();
     let json = serde_json::to_string(m.state()).unwrap();
     let mut fresh = mm();
-    fresh.restore(serde_json::from_str(&json).unwrap());
+    fresh.restore(serde_json::from_str(&json).unwrap()).unwrap();
     assert_eq!(fresh.state(), m.state());
+}
+
+#[test]
+fn restore_rejects_a_machine_state_that_does_not_match_the_blocks() {
+    let mut m = mm();
+    let p = pod(
+        "p",
+        vec![],
+        vec![gu("c", ContainerRole::App, 1000, 4 * GI)],
+        None,
+    );
+    m.allocate(&p, &p.containers[0], &hint(&[0], true)).unwrap();
+    let mut bad = m.state().clone();
+    bad.machine
+        .get_mut(&0)
+        .unwrap()
+        .memory
+        .get_mut(MEMORY)
+        .unwrap()
+        .free += GI;
+    let mut fresh = mm();
+    assert_eq!(fresh.restore(bad), Err(MemoryError::MachineStateMismatch));
+    assert_eq!(
+        fresh.state(),
+        mm().state(),
+        "a failed restore changes nothing"
+    );
+    let mut orphan = m.state().clone();
+    orphan.machine.clear();
+    assert_eq!(fresh.restore(orphan), Err(MemoryError::EmptyMachineState));
+    // A PLRM pod is validated through its pod blocks.
+    let plrm = pod(
+        "q",
+        vec![],
+        vec![
+            gu("gu", ContainerRole::App, 1000, GI),
+            bare("s", ContainerRole::App),
+        ],
+        Some((2000, 3 * GI)),
+    );
+    let mut m2 = mm();
+    m2.allocate_pod(&plrm, &hint(&[1], true)).unwrap();
+    let mut fresh2 = mm();
+    fresh2.restore(m2.state().clone()).unwrap();
+    assert_eq!(fresh2.state(), m2.state());
 }
