@@ -6,6 +6,7 @@
 
 mod alloc;
 mod hints;
+mod pod;
 mod qos;
 mod table;
 
@@ -228,7 +229,7 @@ impl HintProvider for MemoryManager {
         if qos::skipped_by_gates(pod, self.gates) {
             return ResourceHints::new();
         }
-        if qos::plrm(pod, self.gates) && alloc::validate_pod_scope(pod, self.gates).is_err() {
+        if qos::plrm(pod, self.gates) && pod::validate_pod_scope(pod, self.gates).is_err() {
             return reqs.keys().map(|k| (k.clone(), Some(Vec::new()))).collect();
         }
         if reqs.is_empty() {
@@ -258,7 +259,7 @@ impl HintProvider for MemoryManager {
         if self.policy != MemoryPolicy::Static {
             return Ok(());
         }
-        alloc::allocate_pod(self, pod, hint)
+        pod::allocate_pod(self, pod, hint)
     }
 
     fn remove_container(&mut self, pod_uid: &str, container: &str) {
