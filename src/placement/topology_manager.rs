@@ -18,10 +18,10 @@ use crate::topology::Topology;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyManagerError {
     #[error(
-        "the minimum value of \"max-allowable-numa-nodes\" should not be less than 8, got {0}"
+        "the minimum value of \"max-allowable-numa-nodes\" should not be less than 8"
     )]
     MaxAllowableTooSmall(u32),
-    #[error("unsupported on machines with more than {max} NUMA Nodes (this machine has {found})")]
+    #[error("unsupported on machines with more than {max} NUMA Nodes")]
     TooManyNumaNodes { max: u32, found: usize },
 }
 
