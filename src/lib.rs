@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod cpuset;
 pub mod knowledge;
+pub mod lifecycle;
 pub mod placement;
 pub mod proto;
 pub mod quantity;

@@ -27,8 +27,6 @@ pub enum NodeError {
     ReservedOutsideMachine { reserved: CpuSet, machine: CpuSet },
     #[error("unavailable CPUs {cpus} are not all free non-reserved CPUs ({free})")]
     UnavailableNotFree { cpus: CpuSet, free: CpuSet },
-    #[error("kubeReserved.cpu + systemReserved.cpu: [cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")]
-    NoReservedCpus,
     /// A CPU Manager start or restore error (kubelet's message), with the field it comes from.
     #[error("{field}: {source}")]
     Cpu {

@@ -1,0 +1,10 @@
+//! The pod lifecycle as numa-shim sees it through CRI: admit at RunPodSandbox, place at
+//! CreateContainer, keep cpusets at UpdateContainerResources, release at Stop/Remove, push pool
+//! changes to running containers, and survive restarts.
+//!
+//! `registry` is pure bookkeeping around the decision core; the rest is the async shell. No lock
+//! is ever held across a call to the runtime.
+
+pub mod registry;
+
+pub use registry::{ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};

@@ -1,0 +1,396 @@
+//! `Registry`: the decision core plus what ties its pods to CRI ids — sandbox ids, container
+//! ids, and the cpusets numa-shim last applied to each container.
+//!
+//! Pure and synchronous: the hook calls it under a short lock and carries the answers out
+//! (patches, runtime updates) after the lock is released. Every method leaves the registry
+//! consistent on its own; reserve → commit or roll back is expressed as two calls.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::placement::node::{ContainerPlacement, CpuQuota, Node, NodeError, NodeSnapshot};
+use crate::placement::{AdmissionError, ContainerRole, ContainerSpec, PodSpec, Resources};
+
+/// Where a pod's spec came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// The kubelet Pods API or the API server: the whole spec, admitted at RunPodSandbox.
+    Spec,
+    /// Inferred from CRI requests; containers are added as CreateContainer calls arrive.
+    Inferred,
+}
+
+/// One pod numa-shim admitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRecord {
+    pub spec: PodSpec,
+    pub source: Source,
+    /// Set once the runtime created the sandbox; `None` while RunPodSandbox is in flight.
+    pub sandbox_id: Option<String>,
+    /// False after StopPodSandbox: resources are released, the record waits for removal.
+    pub active: bool,
+}
+
+/// One container numa-shim let through CreateContainer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub pod_uid: String,
+    pub name: String,
+    /// The cpuset numa-shim last sent for this container.
+    pub cpus: CpuSet,
+    /// The `cpuset_mems` numa-shim last sent, if any.
+    pub mems: Option<String>,
+}
+
+/// What to write into a container's CRI resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerDecision {
+    pub cpus: CpuSet,
+    pub mems: Option<String>,
+    /// `Some(-1)` to lift the CFS quota (exclusive CPUs); `None` keeps the kubelet's value.
+    pub cpu_quota: Option<i64>,
+    pub exclusive: bool,
+}
+
+/// A cpuset change numa-shim must push to a running container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpusetUpdate {
+    pub container_id: String,
+    pub cpus: CpuSet,
+    pub mems: Option<String>,
+}
+
+/// The serialisable part of a registry (the checkpoint payload).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegistrySnapshot {
+    pub node: NodeSnapshot,
+    pub pods: BTreeMap<String, PodRecord>,
+    pub containers: BTreeMap<String, ContainerRecord>,
+}
+
+/// The decision core and its CRI bookkeeping.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    node: Node,
+    /// Pod UID → record.
+    pods: BTreeMap<String, PodRecord>,
+    /// Container id → record.
+    containers: BTreeMap<String, ContainerRecord>,
+}
+
+impl Registry {
+    pub fn new(node: Node) -> Self {
+        Self {
+            node,
+            pods: BTreeMap::new(),
+            containers: BTreeMap::new(),
+        }
+    }
+
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    pub fn pods(&self) -> &BTreeMap<String, PodRecord> {
+        &self.pods
+    }
+
+    pub fn containers(&self) -> &BTreeMap<String, ContainerRecord> {
+        &self.containers
+    }
+
+    /// Reserves resources for a pod (RunPodSandbox, before forwarding). A pod already admitted
+    /// (a sandbox re-created for the same UID) keeps what it has: never re-admitted or moved.
+    pub fn admit(&mut self, spec: PodSpec, source: Source) -> Result<(), AdmissionError> {
+        if let Some(record) = self.pods.get_mut(&spec.uid) {
+            if record.active {
+                return Ok(());
+            }
+        }
+        self.node.admit(&spec)?;
+        let record = PodRecord {
+            spec: spec.clone(),
+            source,
+            sandbox_id: None,
+            active: true,
+        };
+        self.pods.insert(spec.uid, record);
+        Ok(())
+    }
+
+    /// The runtime created the sandbox: the reservation becomes the pod's.
+    pub fn commit_sandbox(&mut self, pod_uid: &str, sandbox_id: &str) {
+        if let Some(record) = self.pods.get_mut(pod_uid) {
+            record.sandbox_id = Some(sandbox_id.to_string());
+        }
+    }
+
+    /// The runtime refused the sandbox: a first attempt's reservation is released.
+    pub fn abort_sandbox(&mut self, pod_uid: &str) {
+        if self
+            .pods
+            .get(pod_uid)
+            .is_some_and(|r| r.sandbox_id.is_none())
+        {
+            self.release_pod(pod_uid);
+            self.pods.remove(pod_uid);
+        }
+    }
+
+    /// Where container `name` of the sandbox should run (CreateContainer, before forwarding).
+    /// `None`: numa-shim does not manage the sandbox (created before it, or not through it).
+    pub fn decide_container(
+        &mut self,
+        sandbox_id: &str,
+        name: &str,
+        inferred: impl FnOnce(&PodSpec) -> ContainerSpec,
+    ) -> Option<ContainerDecision> {
+        let uid = self.uid_of_sandbox(sandbox_id)?;
+        let record = self.pods.get(&uid)?;
+        if !record.active {
+            return None;
+        }
+        if record.source == Source::Inferred && !has_container(&record.spec, name) {
+            let container = inferred(&record.spec);
+            self.extend_inferred(&uid, container);
+        }
+        let placement = self.node.container(&uid, name);
+        Some(match placement {
+            Some(p) => decision(&p),
+            // Not in the spec (e.g. an ephemeral container): the node shared pool.
+            None => ContainerDecision {
+                cpus: self.node.shared_cpus(),
+                mems: None,
+                cpu_quota: None,
+                exclusive: false,
+            },
+        })
+    }
+
+    /// The runtime created the container with `decision` applied.
+    pub fn commit_container(
+        &mut self,
+        container_id: &str,
+        sandbox_id: &str,
+        name: &str,
+        decision: &ContainerDecision,
+    ) {
+        let Some(pod_uid) = self.uid_of_sandbox(sandbox_id) else {
+            return;
+        };
+        let record = ContainerRecord {
+            pod_uid,
+            name: name.to_string(),
+            cpus: decision.cpus.clone(),
+            mems: decision.mems.clone(),
+        };
+        self.containers.insert(container_id.to_string(), record);
+    }
+
+    /// The cpuset numa-shim keeps for a container it placed (UpdateContainerResources).
+    pub fn applied(&self, container_id: &str) -> Option<&ContainerRecord> {
+        self.containers.get(container_id)
+    }
+
+    /// numa-shim pushed `cpus` to the container.
+    pub fn mark_applied(&mut self, container_id: &str, cpus: &CpuSet) {
+        if let Some(record) = self.containers.get_mut(container_id) {
+            record.cpus = cpus.clone();
+        }
+    }
+
+    /// RemoveContainer succeeded: the container's own holdings go back by the kubelet's rules,
+    /// unless a newer instance of the same container still runs.
+    pub fn remove_container(&mut self, container_id: &str) {
+        let Some(record) = self.containers.remove(container_id) else {
+            return;
+        };
+        let newer = self
+            .containers
+            .values()
+            .any(|c| c.pod_uid == record.pod_uid && c.name == record.name);
+        if !newer {
+            self.node.remove_container(&record.pod_uid, &record.name);
+        }
+    }
+
+    /// StopPodSandbox succeeded: everything the pod holds goes back to the node.
+    pub fn stop_sandbox(&mut self, sandbox_id: &str) {
+        if let Some(uid) = self.uid_of_sandbox(sandbox_id) {
+            self.release_pod(&uid);
+            if let Some(record) = self.pods.get_mut(&uid) {
+                record.active = false;
+            }
+        }
+    }
+
+    /// RemovePodSandbox succeeded: the pod and its containers are forgotten.
+    pub fn remove_sandbox(&mut self, sandbox_id: &str) {
+        if let Some(uid) = self.uid_of_sandbox(sandbox_id) {
+            self.release_pod(&uid);
+            self.pods.remove(&uid);
+            self.containers.retain(|_, c| c.pod_uid != uid);
+        }
+    }
+
+    /// Running containers whose cpuset differs from what they should have now (pool changes).
+    pub fn pending_updates(&self) -> Vec<CpusetUpdate> {
+        self.containers
+            .iter()
+            .filter_map(|(id, c)| {
+                let want = self.desired(c)?;
+                (want != c.cpus).then(|| CpusetUpdate {
+                    container_id: id.clone(),
+                    cpus: want,
+                    mems: c.mems.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// What a recorded container should run on now; `None` if its pod is no longer active.
+    pub fn desired(&self, c: &ContainerRecord) -> Option<CpuSet> {
+        if !self.pods.get(&c.pod_uid).is_some_and(|p| p.active) {
+            return None;
+        }
+        Some(
+            self.node
+                .container(&c.pod_uid, &c.name)
+                .map_or_else(|| self.node.shared_cpus(), |p| p.cpus),
+        )
+    }
+
+    /// The checkpoint payload.
+    pub fn snapshot(&self) -> RegistrySnapshot {
+        RegistrySnapshot {
+            node: self.node.snapshot(),
+            pods: self.pods.clone(),
+            containers: self.containers.clone(),
+        }
+    }
+
+    /// Restores a checkpoint taken with the same topology and config.
+    pub fn restore(&mut self, snapshot: RegistrySnapshot) -> Result<(), NodeError> {
+        self.node.restore(snapshot.node)?;
+        self.pods = snapshot.pods;
+        self.containers = snapshot.containers;
+        Ok(())
+    }
+
+    /// Forgets containers the runtime no longer has and releases pods whose sandbox is gone
+    /// (recovery); returns how many records were dropped.
+    pub fn retain_known(&mut self, sandboxes: &[String], containers: &[String]) -> usize {
+        let stale_pods: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| {
+                p.sandbox_id
+                    .as_ref()
+                    .is_none_or(|id| !sandboxes.contains(id))
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        let stale_containers: Vec<String> = self
+            .containers
+            .keys()
+            .filter(|id| !containers.contains(id))
+            .cloned()
+            .collect();
+        for id in &stale_containers {
+            self.remove_container(id);
+        }
+        for uid in &stale_pods {
+            self.release_pod(uid);
+            self.pods.remove(uid);
+            self.containers.retain(|_, c| &c.pod_uid != uid);
+        }
+        stale_pods.len() + stale_containers.len()
+    }
+
+    /// Marks CPUs held by containers numa-shim does not know (recovery without a checkpoint),
+    /// so they are never granted again.
+    pub fn hold_foreign(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
+        let free = cpus.intersection(&self.node.shared_cpus());
+        self.node.mark_unavailable(&free)
+    }
+
+    fn uid_of_sandbox(&self, sandbox_id: &str) -> Option<String> {
+        self.pods
+            .iter()
+            .find(|(_, p)| p.sandbox_id.as_deref() == Some(sandbox_id))
+            .map(|(uid, _)| uid.clone())
+    }
+
+    fn release_pod(&mut self, uid: &str) {
+        self.node.remove_pod(uid);
+    }
+
+    /// Adds an inferred container to an inferred pod by re-admitting the pod with it. Kept only
+    /// if every container placed so far keeps its CPUs; otherwise the pod stays as it was and the
+    /// new container runs in the pod's shared pool (it is simply not in the spec).
+    fn extend_inferred(&mut self, uid: &str, container: ContainerSpec) {
+        let Some(record) = self.pods.get(uid) else {
+            return;
+        };
+        let mut spec = record.spec.clone();
+        spec.containers.retain(|c| c.name != PLACEHOLDER);
+        spec.containers.push(container);
+        let before: Vec<(String, CpuSet)> = self
+            .containers
+            .values()
+            .filter(|c| c.pod_uid == uid)
+            .map(|c| (c.name.clone(), c.cpus.clone()))
+            .collect();
+        let saved = self.node.clone();
+        self.node.remove_pod(uid);
+        let kept = self.node.admit(&spec).is_ok()
+            && before.iter().all(|(name, cpus)| {
+                self.node
+                    .container(uid, name)
+                    .is_some_and(|p| &p.cpus == cpus)
+            });
+        if kept {
+            if let Some(record) = self.pods.get_mut(uid) {
+                record.spec = spec;
+            }
+        } else {
+            self.node = saved;
+        }
+    }
+}
+
+/// The name of the stand-in container an inferred pod is admitted with at RunPodSandbox: no
+/// resources of its own, so the whole budget is the pod shared pool until real containers come.
+pub const PLACEHOLDER: &str = "numa-shim.pod-pool";
+
+/// An inferred pod's spec at RunPodSandbox: its budget and the stand-in container.
+pub fn inferred_sandbox_spec(mut spec: PodSpec) -> PodSpec {
+    spec.containers = vec![ContainerSpec {
+        name: PLACEHOLDER.to_string(),
+        role: ContainerRole::App,
+        resources: Resources::default(),
+    }];
+    spec
+}
+
+fn has_container(spec: &PodSpec, name: &str) -> bool {
+    spec.init_containers
+        .iter()
+        .chain(&spec.containers)
+        .any(|c| c.name == name)
+}
+
+fn decision(p: &ContainerPlacement) -> ContainerDecision {
+    ContainerDecision {
+        cpus: p.cpus.clone(),
+        mems: p.cpuset_mems(),
+        cpu_quota: (p.cpu_quota == CpuQuota::Unlimited).then_some(-1),
+        exclusive: p.exclusive,
+    }
+}
+
+#[cfg(test)]
+mod tests;

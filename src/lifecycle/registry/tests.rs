@@ -1,0 +1,278 @@
+use super::*;
+use crate::placement::config::{Config, CpuPolicy, ReservedCpus, TopologyPolicy, TopologyScope};
+use crate::placement::{ResourceList, Resources};
+use crate::topology::SyntheticSpec;
+
+fn cpus(s: &str) -> CpuSet {
+    CpuSet::parse(s).unwrap()
+}
+
+fn guaranteed(cpu: u64, mem_gi: u64) -> Resources {
+    let list = ResourceList {
+        cpu_milli: Some(cpu * 1000),
+        memory: Some(mem_gi << 30),
+        ..Default::default()
+    };
+    Resources {
+        requests: list.clone(),
+        limits: list,
+    }
+}
+
+fn app(name: &str, resources: Resources) -> ContainerSpec {
+    ContainerSpec {
+        name: name.into(),
+        role: ContainerRole::App,
+        resources,
+    }
+}
+
+fn pod(uid: &str, budget: Option<Resources>, containers: Vec<ContainerSpec>) -> PodSpec {
+    PodSpec {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: uid.into(),
+        resources: budget,
+        init_containers: vec![],
+        containers,
+    }
+}
+
+/// An 8-CPU, 2-NUMA machine (4 cores with 2 threads on each node would be 16; keep it small:
+/// 2 sockets × 1 NUMA × 4 cores × 1 thread), static policy, no reservation, pod scope.
+fn registry() -> Registry {
+    let topo = SyntheticSpec::new(2, 1, 4, 1, 1).build().unwrap();
+    let config = Config {
+        cpu_policy: CpuPolicy::Static,
+        reserved_cpus: ReservedCpus::Explicit(CpuSet::new()),
+        topology_policy: TopologyPolicy::SingleNumaNode,
+        topology_scope: TopologyScope::Pod,
+        ..Config::default()
+    };
+    Registry::new(Node::new(topo, config).unwrap())
+}
+
+fn infer_none(_: &PodSpec) -> ContainerSpec {
+    panic!("spec pods never infer")
+}
+
+#[test]
+fn mixed_pod_gets_slice_and_pool_then_releases_everything() {
+    let mut r = registry();
+    let spec = pod(
+        "p1",
+        Some(guaranteed(3, 3)),
+        vec![
+            app("main", guaranteed(1, 1)),
+            app("side", Resources::default()),
+        ],
+    );
+    r.admit(spec, Source::Spec).unwrap();
+    r.commit_sandbox("p1", "sb1");
+    let main = r.decide_container("sb1", "main", infer_none).unwrap();
+    let side = r.decide_container("sb1", "side", infer_none).unwrap();
+    assert!(main.exclusive && main.cpus.len() == 1 && main.cpu_quota == Some(-1));
+    assert!(!side.exclusive && side.cpus.len() == 2 && side.cpu_quota.is_none());
+    assert!(main.cpus.is_disjoint(&side.cpus));
+    let bubble = main.cpus.union(&side.cpus);
+    assert!(bubble.is_disjoint(&r.node().shared_cpus()));
+    r.commit_container("c-main", "sb1", "main", &main);
+    r.commit_container("c-side", "sb1", "side", &side);
+    assert!(r.pending_updates().is_empty());
+
+    r.stop_sandbox("sb1");
+    assert_eq!(
+        r.node().shared_cpus(),
+        cpus("0-7"),
+        "stop releases the whole budget"
+    );
+    r.remove_sandbox("sb1");
+    assert!(r.pods().is_empty() && r.containers().is_empty());
+}
+
+#[test]
+fn rejection_leaves_nothing_behind_and_abort_releases() {
+    let mut r = registry();
+    let before = r.snapshot();
+    let empty_pool = pod(
+        "p2",
+        Some(guaranteed(2, 2)),
+        vec![app("a", guaranteed(2, 2)), app("b", Resources::default())],
+    );
+    let err = r.admit(empty_pool, Source::Spec).unwrap_err();
+    assert!(
+        matches!(
+            err.reason(),
+            "EmptyPodSharedPoolError" | "TopologyAffinityError"
+        ),
+        "{err}"
+    );
+    assert_eq!(r.snapshot(), before);
+
+    r.admit(
+        pod(
+            "p3",
+            Some(guaranteed(2, 2)),
+            vec![app("a", guaranteed(2, 2))],
+        ),
+        Source::Spec,
+    )
+    .unwrap();
+    assert_eq!(r.node().shared_cpus().len(), 6);
+    r.abort_sandbox("p3");
+    assert_eq!(
+        r.snapshot(),
+        before,
+        "a refused sandbox returns its reservation"
+    );
+}
+
+#[test]
+fn node_pool_containers_follow_pool_changes() {
+    let mut r = registry();
+    r.admit(
+        pod("be", None, vec![app("c", Resources::default())]),
+        Source::Spec,
+    )
+    .unwrap();
+    r.commit_sandbox("be", "sb-be");
+    let d = r.decide_container("sb-be", "c", infer_none).unwrap();
+    assert_eq!(d.cpus, cpus("0-7"));
+    r.commit_container("c-be", "sb-be", "c", &d);
+
+    r.admit(
+        pod(
+            "g",
+            Some(guaranteed(2, 1)),
+            vec![app("x", guaranteed(2, 1))],
+        ),
+        Source::Spec,
+    )
+    .unwrap();
+    r.commit_sandbox("g", "sb-g");
+    let updates = r.pending_updates();
+    assert_eq!(updates.len(), 1);
+    assert_eq!(updates[0].container_id, "c-be");
+    assert_eq!(
+        updates[0].cpus.len(),
+        6,
+        "the shared pool shrank by the exclusive pod"
+    );
+    r.mark_applied("c-be", &updates[0].cpus);
+    assert!(r.pending_updates().is_empty());
+
+    r.stop_sandbox("sb-g");
+    let grow = r.pending_updates();
+    assert_eq!(grow.len(), 1);
+    assert_eq!(
+        grow[0].cpus,
+        cpus("0-7"),
+        "and grows back when the pod goes"
+    );
+}
+
+#[test]
+fn readmitting_a_running_pod_keeps_its_cpus() {
+    let mut r = registry();
+    let spec = pod(
+        "p",
+        Some(guaranteed(2, 2)),
+        vec![app("a", guaranteed(1, 1)), app("b", Resources::default())],
+    );
+    r.admit(spec.clone(), Source::Spec).unwrap();
+    r.commit_sandbox("p", "sb1");
+    let a = r.decide_container("sb1", "a", infer_none).unwrap();
+    r.admit(spec, Source::Spec).unwrap();
+    r.commit_sandbox("p", "sb2");
+    assert_eq!(r.decide_container("sb2", "a", infer_none).unwrap(), a);
+}
+
+#[test]
+fn removing_an_old_instance_keeps_the_new_one_placed() {
+    let mut r = registry();
+    r.admit(
+        pod(
+            "p",
+            Some(guaranteed(2, 2)),
+            vec![app("a", guaranteed(1, 1)), app("b", Resources::default())],
+        ),
+        Source::Spec,
+    )
+    .unwrap();
+    r.commit_sandbox("p", "sb");
+    let a = r.decide_container("sb", "a", infer_none).unwrap();
+    r.commit_container("a-0", "sb", "a", &a);
+    r.commit_container("a-1", "sb", "a", &a);
+    r.remove_container("a-0");
+    assert_eq!(r.decide_container("sb", "a", infer_none).unwrap(), a);
+}
+
+#[test]
+fn inferred_pod_is_extended_container_by_container() {
+    let mut r = registry();
+    let spec = inferred_sandbox_spec(pod("i", Some(guaranteed(3, 3)), vec![]));
+    r.admit(spec, Source::Inferred).unwrap();
+    r.commit_sandbox("i", "sb");
+    assert_eq!(r.node().shared_cpus().len(), 5);
+    let main = r
+        .decide_container("sb", "main", |_| app("main", guaranteed(1, 1)))
+        .unwrap();
+    assert!(main.exclusive && main.cpus.len() == 1, "{main:?}");
+    r.commit_container("c1", "sb", "main", &main);
+    let side = r
+        .decide_container("sb", "side", |_| app("side", Resources::default()))
+        .unwrap();
+    assert!(!side.exclusive && side.cpus.len() == 2, "{side:?}");
+    assert_eq!(
+        r.decide_container("sb", "main", |_| unreachable!())
+            .unwrap(),
+        main,
+        "main kept its slice"
+    );
+    r.stop_sandbox("sb");
+    assert_eq!(r.node().shared_cpus(), cpus("0-7"));
+}
+
+#[test]
+fn snapshot_round_trips_through_json() {
+    let mut r = registry();
+    r.admit(
+        pod(
+            "p",
+            Some(guaranteed(2, 2)),
+            vec![app("a", guaranteed(1, 1)), app("b", Resources::default())],
+        ),
+        Source::Spec,
+    )
+    .unwrap();
+    r.commit_sandbox("p", "sb");
+    let a = r.decide_container("sb", "a", infer_none).unwrap();
+    r.commit_container("ca", "sb", "a", &a);
+    let json = serde_json::to_string(&r.snapshot()).unwrap();
+    let mut fresh = registry();
+    fresh.restore(serde_json::from_str(&json).unwrap()).unwrap();
+    assert_eq!(fresh.snapshot(), r.snapshot());
+    assert_eq!(fresh.decide_container("sb", "a", infer_none).unwrap(), a);
+}
+
+#[test]
+fn recovery_drops_what_the_runtime_no_longer_has() {
+    let mut r = registry();
+    r.admit(
+        pod(
+            "p",
+            Some(guaranteed(2, 2)),
+            vec![app("a", guaranteed(2, 2))],
+        ),
+        Source::Spec,
+    )
+    .unwrap();
+    r.commit_sandbox("p", "sb");
+    let a = r.decide_container("sb", "a", infer_none).unwrap();
+    r.commit_container("ca", "sb", "a", &a);
+    assert_eq!(r.retain_known(&["sb".into()], &["ca".into()]), 0);
+    assert_eq!(r.retain_known(&[], &[]), 2);
+    assert_eq!(r.node().shared_cpus(), cpus("0-7"));
+    r.hold_foreign(&cpus("6-7")).unwrap();
+    assert_eq!(r.node().shared_cpus(), cpus("0-5"));
+}
