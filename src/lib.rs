@@ -8,4 +8,5 @@ pub mod cli;
 pub mod cpuset;
 pub mod placement;
 pub mod quantity;
+pub mod telemetry;
 pub mod topology;
