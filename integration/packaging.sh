@@ -80,6 +80,16 @@ unit_typo() {
     fails_as_expected verify_quiet "$WORK/typo/numa-shim.service"
 }
 
+# systemd's own exposure score for the hardening (0 = locked down, 10 = none); demand <= 3.
+unit_exposure() {
+    local out score
+    out=$(cd "$WORK/units" && SYSTEMD_LOG_COLOR=0 systemd-analyze security --offline=true \
+        --no-pager "$WORK/units/numa-shim.service" 2>&1) || { echo "$out"; return 1; }
+    echo "$out" | grep -E '^(✗|→)'
+    score=$(echo "$out" | sed -n 's/.*Overall exposure level for numa-shim.service: \([0-9.]*\).*/\1/p')
+    [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 3.0) }'
+}
+
 unit_has_settings() {
     local unit=$ROOT/packaging/systemd/numa-shim.service missing=0
     for line in 'Before=kubelet.service' 'Restart=always' 'RuntimeDirectory=numa-shim' \
@@ -281,6 +291,7 @@ BINARY=$CARGO_TARGET_DIR/debug/numa-shim
 check "systemd unit: copy with ExecStart=$BINARY" unit_copy "$BINARY"
 check "systemd unit: systemd-analyze verify, no warnings" verify_quiet "$WORK/units/numa-shim.service"
 check "systemd unit: ordering, restart, directories, hardening" unit_has_settings
+check "systemd unit: systemd-analyze security --offline exposure <= 3.0" unit_exposure
 check "systemd unit: a typo makes verify complain (negative control)" unit_typo
 check "kubelet.service drop-in: verify with a kubeadm-style kubelet.service" kubelet_dropin_loads
 check "kubelet.service drop-in: a typo in it is reported (negative control)" kubelet_dropin_typo

@@ -1,8 +1,8 @@
 //! numa-shim's Prometheus metrics behind a typed API, so callers never spell a metric name or a
 //! label value.
 //!
-//! The three `resource_manager_*` families carry the kubelet's names, types, help texts and label
-//! names (kubelet 1.37 `pkg/kubelet/metrics/metrics.go`, listed in the Kubernetes metrics
+//! The three `resource_manager_*` families carry the kubelet's names, types, help texts (with the
+//! `[ALPHA] ` stability prefix Kubernetes' metrics library adds) and label names (kubelet 1.37 `pkg/kubelet/metrics/metrics.go`, listed in the Kubernetes metrics
 //! reference): dashboards built for a kubelet with PodLevelResourceManagers work unchanged against
 //! numa-shim. Everything numa-shim adds is prefixed `numa_shim_`.
 //!
@@ -149,17 +149,17 @@ impl Metrics {
         let metrics = Self {
             allocations: ScalarFamily::counter(
                 "resource_manager_allocations_total",
-                "Number of exclusive resource allocations performed by a resource manager.",
+                "[ALPHA] Number of exclusive resource allocations performed by a resource manager.",
                 RESOURCE_SOURCE,
             ),
             allocation_errors: ScalarFamily::counter(
                 "resource_manager_allocation_errors_total",
-                "Number of errors encountered during exclusive resource allocation.",
+                "[ALPHA] Number of errors encountered during exclusive resource allocation.",
                 RESOURCE_SOURCE,
             ),
             container_assignments: ScalarFamily::counter(
                 "resource_manager_container_assignments",
-                "Number of containers with a specific type of resource assignment.",
+                "[ALPHA] Number of containers with a specific type of resource assignment.",
                 ASSIGNMENT_RESOURCE,
             ),
             relay_shim: HistogramFamily::new(

@@ -34,6 +34,18 @@ fn kubelet_families_have_kubelet_names_types_and_labels() {
 }
 
 #[test]
+fn kubelet_help_texts_match_the_kubelet() {
+    let text = Metrics::new().render();
+    for line in [
+        "# HELP resource_manager_allocations_total [ALPHA] Number of exclusive resource allocations performed by a resource manager.",
+        "# HELP resource_manager_allocation_errors_total [ALPHA] Number of errors encountered during exclusive resource allocation.",
+        "# HELP resource_manager_container_assignments [ALPHA] Number of containers with a specific type of resource assignment.",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?}");
+    }
+}
+
+#[test]
 fn kubelet_counters_start_at_zero_for_every_label_value() {
     let exposition = scrape(&Metrics::new());
     for resource in ["cpu", "memory"] {
