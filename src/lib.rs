@@ -11,4 +11,5 @@ pub mod knowledge;
 pub mod placement;
 pub mod quantity;
 pub mod state;
+pub mod telemetry;
 pub mod topology;
