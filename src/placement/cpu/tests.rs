@@ -1,0 +1,11 @@
+//! Tests over the whole CPU manager: kubelet's takeByTopology rows and accumulator orderings
+//! (`take`), the shared `T*/S*/P*` vectors (`vectors`), policy behaviour (`policy`) and property
+//! tests (`props`). `fixtures` loads the shared topology JSON (test-only, deliberately tiny).
+
+mod fixtures;
+mod plrm;
+mod policy;
+mod props;
+mod restore;
+mod take;
+mod vectors;
