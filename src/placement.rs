@@ -8,9 +8,12 @@ pub mod config;
 pub mod cpu;
 pub mod error;
 pub mod hint;
+pub mod memory;
+pub mod node;
 pub mod pod;
 pub mod provider;
 pub mod qos;
+pub mod topology_manager;
 
 pub use config::Config;
 pub use cpu::CpuManager;
