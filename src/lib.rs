@@ -15,4 +15,5 @@ pub mod proto;
 pub mod quantity;
 pub mod relay;
 pub mod state;
+pub mod telemetry;
 pub mod topology;

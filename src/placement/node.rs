@@ -290,12 +290,18 @@ impl Node {
         self.cpu.unavailable()
     }
 
+    /// The CPU Manager's reserved set: empty with `cpuManagerPolicy: none`, which keeps no
+    /// reserved set (the configured list then only matters for node allocatable).
     pub fn reserved_cpus(&self) -> CpuSet {
         self.cpu.reserved()
     }
 
-    /// All CPUs minus reserved (PodResources `GetAllocatableResources`).
+    /// PodResources `GetAllocatableResources` CPUs: all CPUs minus reserved with the static
+    /// policy; empty with policy `none` (kubelet's `nonePolicy.GetAllocatableCPUs`).
     pub fn allocatable_cpus(&self) -> CpuSet {
+        if self.config.cpu_policy == super::config::CpuPolicy::None {
+            return CpuSet::new();
+        }
         self.cpu.allocatable()
     }
 

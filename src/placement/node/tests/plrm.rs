@@ -272,3 +272,34 @@ fn plrm_vectors_p1_p2_p4() {
         assert_eq!(got, want, "{uid}");
     }
 }
+
+/// UNCERTAIN, pinned as read in the PLRM-era `memorymanager/policy_static.go`: in container scope
+/// a non-eligible container of a pod-level-resources pod reaches the static policy's `Allocate`
+/// with no requests; the merged hint is "all nodes", which violates the group rule once an
+/// eligible sibling holds a single-NUMA block. The pod is rejected as `UnexpectedAdmissionError`.
+#[test]
+fn container_scope_memory_quirk_for_non_eligible_containers() {
+    let config = with_memory(static_config(
+        TopologyPolicy::BestEffort,
+        TopologyScope::Container,
+    ));
+    let mut n = node(config.clone());
+    let p = pod(
+        "p",
+        vec![],
+        vec![gu("gu", ContainerRole::App, 1000, GI), bare("ngu")],
+        Some((2000, 2 * GI)),
+    );
+    let err = n.admit(&p).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Allocate failed due to [memorymanager] preferred hint violates NUMA node allocation, which is unexpected"
+    );
+    assert_eq!(n.snapshot(), node(config).snapshot());
+    // Without the Memory Manager the same pod is admitted.
+    let mut cpu_only = node(static_config(
+        TopologyPolicy::BestEffort,
+        TopologyScope::Container,
+    ));
+    assert!(cpu_only.admit(&p).is_ok());
+}

@@ -152,3 +152,18 @@ fn cpuset_mems_is_a_plain_sorted_list() {
     assert_eq!(CpuQuota::Unlimited.apply(50_000), -1);
     assert_eq!(CpuQuota::Keep.apply(50_000), 50_000);
 }
+
+#[test]
+fn policy_none_has_no_reserved_or_allocatable_cpus() {
+    let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
+    c.cpu_policy = CpuPolicy::None;
+    let n = node(c);
+    assert_eq!(n.reserved_cpus(), CpuSet::new());
+    assert_eq!(n.allocatable_cpus(), CpuSet::new());
+    assert_eq!(n.shared_cpus(), cpus("0-11"));
+    let s = node(static_config(
+        TopologyPolicy::None,
+        TopologyScope::Container,
+    ));
+    assert_eq!(s.allocatable_cpus(), cpus("1-11"));
+}

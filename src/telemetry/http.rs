@@ -1,0 +1,210 @@
+//! The operator's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (200 while the process
+//! serves) and `/readyz` (200 only once start-up reconciliation has marked the process ready).
+//!
+//! Owns one TCP listener (default `127.0.0.1:9464`) and its connections. Must never touch the CRI
+//! path: a slow or stuck scraper cannot delay a kubelet call, and nothing here changes state
+//! other than reading [`Metrics`] and [`Readiness`].
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::metrics::{Metrics, CONTENT_TYPE};
+
+/// Where the endpoint listens unless configured otherwise (`metricsAddress`).
+pub const DEFAULT_ADDRESS: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9464));
+
+/// How long in-flight requests may finish after shutdown was asked for.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors of the HTTP endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The listening socket could not be opened.
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The bound socket has no local address.
+    #[error("cannot read the metrics listener's address: {0}")]
+    LocalAddr(#[source] io::Error),
+}
+
+/// The readiness flag behind `/readyz`. Clones share the flag.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+/// A bound, not yet serving, metrics endpoint.
+#[derive(Debug)]
+pub struct MetricsServer {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    state: Arc<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+}
+
+impl Readiness {
+    /// A flag that starts not ready.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Start-up reconciliation is done: `/readyz` answers 200 from now on.
+    pub fn mark_ready(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// `/readyz` answers 503 again (e.g. while re-reconciling after losing the runtime).
+    pub fn mark_not_ready(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+impl MetricsServer {
+    /// Binds `addr` (port 0 picks a free port; see [`Self::local_addr`]).
+    pub async fn bind(
+        addr: SocketAddr,
+        metrics: Arc<Metrics>,
+        readiness: Readiness,
+    ) -> Result<Self, HttpError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| HttpError::Bind { addr, source })?;
+        let local_addr = listener.local_addr().map_err(HttpError::LocalAddr)?;
+        let state = Arc::new(State { metrics, readiness });
+        Ok(Self {
+            listener,
+            local_addr,
+            state,
+        })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, lets in-flight requests finish
+    /// (for at most 5 s) and returns.
+    pub async fn serve<F>(self, shutdown: F)
+    where
+        F: Future<Output = ()> + Send,
+    {
+        info!(addr = %self.local_addr, "serving metrics, healthz and readyz");
+        let (stop_tx, stop_rx) = watch::channel(());
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        debug!(%peer, "metrics connection");
+                        let state = Arc::clone(&self.state);
+                        connections.spawn(serve_connection(stream, state, stop_rx.clone()));
+                    }
+                    Err(err) => {
+                        warn!(error = %err, "metrics accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        drop(self.listener);
+        let _ = stop_tx.send(());
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                left = connections.len(),
+                "metrics connections cut at shutdown"
+            );
+        }
+        info!(addr = %self.local_addr, "metrics endpoint stopped");
+    }
+}
+
+async fn serve_connection(stream: TcpStream, state: Arc<State>, mut stop: watch::Receiver<()>) {
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+        let response = route(&state, request.method(), request.uri().path());
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        _ = stop.changed() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(err) = result {
+        debug!(error = %err, "metrics connection ended with an error");
+    }
+}
+
+/// Answers one request; pure apart from reading the metrics and the flag.
+fn route(state: &State, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    if method != Method::GET && method != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+    }
+    match path {
+        "/metrics" => {
+            let body = state.metrics.render();
+            let mut response = Response::new(Full::new(Bytes::from(body)));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(CONTENT_TYPE),
+            );
+            response
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if state.readiness.is_ready() => text(StatusCode::OK, "ok\n"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests;

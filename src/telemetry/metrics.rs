@@ -1,0 +1,331 @@
+//! numa-shim's Prometheus metrics behind a typed API, so callers never spell a metric name or a
+//! label value.
+//!
+//! The three `resource_manager_*` families carry the kubelet's names, types, help texts (with the
+//! `[ALPHA] ` stability prefix Kubernetes' metrics library adds) and label names (kubelet 1.37 `pkg/kubelet/metrics/metrics.go`, listed in the Kubernetes metrics
+//! reference): dashboards built for a kubelet with PodLevelResourceManagers work unchanged against
+//! numa-shim. Everything numa-shim adds is prefixed `numa_shim_`.
+//!
+//! Owns counting and rendering only. Must never do I/O, block on anything but a short mutex, or
+//! decide anything: callers report what happened.
+
+use super::family::{HistogramFamily, ScalarFamily};
+
+/// `resource_name` label of the kubelet's resource-manager metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResourceName {
+    Cpu,
+    Memory,
+}
+
+/// `source` label: whether an exclusive allocation came from the node pool or a pod's bubble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    Pod,
+    Node,
+}
+
+/// `assignment_type` label of `resource_manager_container_assignments`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AssignmentType {
+    /// Exclusive resources taken from the node pool (container scope).
+    NodeExclusive,
+    /// An exclusive slice of the pod's bubble (pod scope).
+    PodExclusive,
+    /// The pod shared pool (pod scope).
+    PodShared,
+}
+
+/// `pool` label of the per-NUMA-node pool gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pool {
+    /// Reserved for the system (`reservedSystemCPUs`, `reservedMemory`).
+    Reserved,
+    /// The node shared pool (the CPU manager's default set).
+    Shared,
+    /// Held exclusively by containers placed from the node pool.
+    Exclusive,
+    /// Held by pod bubbles (pod scope), exclusive slices and pod shared pools together.
+    Pod,
+}
+
+/// Every metric numa-shim exports. Cheap to share behind an `Arc`; all methods take `&self`.
+#[derive(Debug)]
+pub struct Metrics {
+    allocations: ScalarFamily,
+    allocation_errors: ScalarFamily,
+    container_assignments: ScalarFamily,
+    relay_shim: HistogramFamily,
+    relay_runtime: HistogramFamily,
+    pool_cpus: ScalarFamily,
+    pool_memory: ScalarFamily,
+    drift_corrections: ScalarFamily,
+    checkpoint_writes: ScalarFamily,
+    checkpoint_failures: ScalarFamily,
+    runtime_connected: ScalarFamily,
+    build_info: ScalarFamily,
+}
+
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Latency bounds in seconds: from 100 µs (numa-shim's own work) to 30 s (a slow image pull in
+/// the runtime).
+static LATENCY_BOUNDS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+// Label names sorted as the Prometheus Go client prints them.
+const RESOURCE_SOURCE: &[&str] = &["resource_name", "source"];
+const ASSIGNMENT_RESOURCE: &[&str] = &["assignment_type", "resource_name"];
+const METHOD: &[&str] = &["method"];
+const NUMA_POOL: &[&str] = &["numa_node", "pool"];
+const RESOURCE: &[&str] = &["resource_name"];
+const VERSION: &[&str] = &["version"];
+
+impl ResourceName {
+    /// All values, for pre-creating series.
+    pub const ALL: [Self; 2] = [Self::Cpu, Self::Memory];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Memory => "memory",
+        }
+    }
+}
+
+impl Source {
+    /// All values, for pre-creating series.
+    pub const ALL: [Self; 2] = [Self::Pod, Self::Node];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pod => "pod",
+            Self::Node => "node",
+        }
+    }
+}
+
+impl AssignmentType {
+    /// All values, for pre-creating series.
+    pub const ALL: [Self; 3] = [Self::NodeExclusive, Self::PodExclusive, Self::PodShared];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NodeExclusive => "node_exclusive",
+            Self::PodExclusive => "pod_exclusive",
+            Self::PodShared => "pod_shared",
+        }
+    }
+}
+
+impl Pool {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reserved => "reserved",
+            Self::Shared => "shared",
+            Self::Exclusive => "exclusive",
+            Self::Pod => "pod",
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry. The kubelet's counters start at zero for every label combination so that
+    /// `rate()` and absence alerts work from the first scrape; the runtime starts disconnected.
+    pub fn new() -> Self {
+        let metrics = Self {
+            allocations: ScalarFamily::counter(
+                "resource_manager_allocations_total",
+                "[ALPHA] Number of exclusive resource allocations performed by a resource manager.",
+                RESOURCE_SOURCE,
+            ),
+            allocation_errors: ScalarFamily::counter(
+                "resource_manager_allocation_errors_total",
+                "[ALPHA] Number of errors encountered during exclusive resource allocation.",
+                RESOURCE_SOURCE,
+            ),
+            container_assignments: ScalarFamily::counter(
+                "resource_manager_container_assignments",
+                "[ALPHA] Number of containers with a specific type of resource assignment.",
+                ASSIGNMENT_RESOURCE,
+            ),
+            relay_shim: HistogramFamily::new(
+                "numa_shim_relay_shim_duration_seconds",
+                "Time a CRI call spent inside numa-shim (decoding, placement, patching), by method.",
+                METHOD,
+                &LATENCY_BOUNDS,
+            ),
+            relay_runtime: HistogramFamily::new(
+                "numa_shim_relay_runtime_duration_seconds",
+                "Time a CRI call spent waiting for the container runtime, by method.",
+                METHOD,
+                &LATENCY_BOUNDS,
+            ),
+            pool_cpus: ScalarFamily::gauge(
+                "numa_shim_pool_cpus",
+                "CPUs in each pool on each NUMA node.",
+                NUMA_POOL,
+            ),
+            pool_memory: ScalarFamily::gauge(
+                "numa_shim_pool_memory_bytes",
+                "Memory bytes in each pool on each NUMA node.",
+                NUMA_POOL,
+            ),
+            drift_corrections: ScalarFamily::counter(
+                "numa_shim_drift_corrections_total",
+                "Containers whose cpuset was found changed by someone else and was put back.",
+                RESOURCE,
+            ),
+            checkpoint_writes: ScalarFamily::counter(
+                "numa_shim_checkpoint_writes_total",
+                "State checkpoint writes attempted.",
+                &[],
+            ),
+            checkpoint_failures: ScalarFamily::counter(
+                "numa_shim_checkpoint_write_failures_total",
+                "State checkpoint writes that failed.",
+                &[],
+            ),
+            runtime_connected: ScalarFamily::gauge(
+                "numa_shim_runtime_connected",
+                "1 while the container runtime answers, 0 otherwise.",
+                &[],
+            ),
+            build_info: ScalarFamily::gauge(
+                "numa_shim_build_info",
+                "Always 1, labelled with the numa-shim version.",
+                VERSION,
+            ),
+        };
+        metrics.initialise();
+        metrics
+    }
+
+    fn initialise(&self) {
+        for resource in ResourceName::ALL {
+            for source in Source::ALL {
+                let labels = [resource.as_str(), source.as_str()];
+                self.allocations.add(&labels, 0.0);
+                self.allocation_errors.add(&labels, 0.0);
+            }
+            for assignment in AssignmentType::ALL {
+                let labels = [assignment.as_str(), resource.as_str()];
+                self.container_assignments.add(&labels, 0.0);
+            }
+            self.drift_corrections.add(&[resource.as_str()], 0.0);
+        }
+        self.checkpoint_writes.add(&[], 0.0);
+        self.checkpoint_failures.add(&[], 0.0);
+        self.runtime_connected.set(&[], 0.0);
+        self.build_info.set(&[env!("CARGO_PKG_VERSION")], 1.0);
+    }
+
+    /// One exclusive allocation attempt of `resource` from `source`: counts
+    /// `resource_manager_allocations_total` when `ok`, else `..._allocation_errors_total`.
+    pub fn allocation(&self, resource: ResourceName, source: Source, ok: bool) {
+        let labels = [resource.as_str(), source.as_str()];
+        let family = if ok {
+            &self.allocations
+        } else {
+            &self.allocation_errors
+        };
+        family.add(&labels, 1.0);
+    }
+
+    /// One container given an assignment of `kind` for `resource`
+    /// (`resource_manager_container_assignments`).
+    pub fn container_assignment(&self, resource: ResourceName, kind: AssignmentType) {
+        self.container_assignments
+            .add(&[kind.as_str(), resource.as_str()], 1.0);
+    }
+
+    /// One relayed CRI call: `shim_secs` spent in numa-shim, `runtime_secs` waiting for the
+    /// runtime. `method` is the CRI method's short name (`RunPodSandbox`), not the full path.
+    pub fn record_relay(&self, method: &str, shim_secs: f64, runtime_secs: f64) {
+        self.relay_shim.observe(&[method], shim_secs.max(0.0));
+        self.relay_runtime.observe(&[method], runtime_secs.max(0.0));
+    }
+
+    /// How many CPUs `pool` holds on `numa_node` now.
+    pub fn set_pool_cpus(&self, numa_node: u32, pool: Pool, cpus: u64) {
+        let node = numa_node.to_string();
+        self.pool_cpus.set(&[&node, pool.as_str()], cpus as f64);
+    }
+
+    /// How many bytes of memory `pool` holds on `numa_node` now.
+    pub fn set_pool_memory_bytes(&self, numa_node: u32, pool: Pool, bytes: u64) {
+        let node = numa_node.to_string();
+        self.pool_memory.set(&[&node, pool.as_str()], bytes as f64);
+    }
+
+    /// Forgets every pool gauge (before publishing a new snapshot of a changed topology).
+    pub fn clear_pools(&self) {
+        self.pool_cpus.clear();
+        self.pool_memory.clear();
+    }
+
+    /// One container whose `resource` placement (cpuset_cpus or cpuset_mems) drifted and was put
+    /// back.
+    pub fn drift_correction(&self, resource: ResourceName) {
+        self.drift_corrections.add(&[resource.as_str()], 1.0);
+    }
+
+    /// One state checkpoint write; `ok == false` also counts a failure.
+    pub fn checkpoint_write(&self, ok: bool) {
+        self.checkpoint_writes.add(&[], 1.0);
+        if !ok {
+            self.checkpoint_failures.add(&[], 1.0);
+        }
+    }
+
+    /// Whether the container runtime currently answers.
+    pub fn set_runtime_connected(&self, connected: bool) {
+        self.runtime_connected
+            .set(&[], if connected { 1.0 } else { 0.0 });
+    }
+
+    /// Number of relayed calls recorded for `method` (for tests and status output).
+    pub fn relay_count(&self, method: &str) -> u64 {
+        self.relay_shim.count(&[method])
+    }
+
+    /// Current value of `resource_manager_allocations_total{resource_name, source}`.
+    pub fn allocations(&self, resource: ResourceName, source: Source) -> u64 {
+        let value = self.allocations.get(&[resource.as_str(), source.as_str()]);
+        value.unwrap_or(0.0) as u64
+    }
+
+    /// Everything in the Prometheus text format ([`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        self.allocations.render(&mut out);
+        self.allocation_errors.render(&mut out);
+        self.container_assignments.render(&mut out);
+        self.relay_shim.render(&mut out);
+        self.relay_runtime.render(&mut out);
+        self.pool_cpus.render(&mut out);
+        self.pool_memory.render(&mut out);
+        self.drift_corrections.render(&mut out);
+        self.checkpoint_writes.render(&mut out);
+        self.checkpoint_failures.render(&mut out);
+        self.runtime_connected.render(&mut out);
+        self.build_info.render(&mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
