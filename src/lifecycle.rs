@@ -5,6 +5,11 @@
 //! `registry` is pure bookkeeping around the decision core; the rest is the async shell. No lock
 //! is ever held across a call to the runtime.
 
+pub mod hook;
 pub mod registry;
+pub mod runtime;
+pub mod store;
 
+pub use hook::{PlacementHook, Placer};
 pub use registry::{ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
+pub use store::Store;

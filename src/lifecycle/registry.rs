@@ -43,6 +43,9 @@ pub struct ContainerRecord {
     pub cpus: CpuSet,
     /// The `cpuset_mems` numa-shim last sent, if any.
     pub mems: Option<String>,
+    /// Whether the container holds an exclusive slice (CFS quota lifted).
+    #[serde(default)]
+    pub exclusive: bool,
 }
 
 /// What to write into a container's CRI resources.
@@ -186,6 +189,7 @@ impl Registry {
             name: name.to_string(),
             cpus: decision.cpus.clone(),
             mems: decision.mems.clone(),
+            exclusive: decision.exclusive,
         };
         self.containers.insert(container_id.to_string(), record);
     }

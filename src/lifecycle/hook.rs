@@ -1,0 +1,345 @@
+//! `PlacementHook`: the relay hook that admits pods, places containers and releases them.
+//!
+//! Each call takes the registry lock only to decide or record (pure, microseconds), releases it,
+//! then persists the checkpoint and wakes the pool updater. Nothing here waits on the runtime
+//! while holding a lock: the relay forwards between `before` and `after`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tonic::{Code, Status};
+use tracing::{info, warn};
+
+use super::registry::{inferred_sandbox_spec, ContainerDecision, Registry, Source};
+use super::store::Store;
+use crate::cpuset::CpuSet;
+use crate::knowledge::infer::{self, CriResources};
+use crate::knowledge::Knowledge;
+use crate::placement::AdmissionError;
+use crate::proto::cri::v1 as cri;
+use crate::relay::{CriRequest, CriResponse, Decision, Hook, Outcome, Patch, ResourcesPatch};
+use crate::telemetry::{Metrics, ResourceName};
+
+/// Annotation numa-shim adds to containers it placed: the cpuset it decided.
+pub const CPUS_ANNOTATION: &str = "numa-shim.io/cpus";
+/// Annotation on containers with an exclusive slice ("true"/"false").
+pub const EXCLUSIVE_ANNOTATION: &str = "numa-shim.io/exclusive";
+
+/// Everything the hook, the pool updater and recovery share.
+#[derive(Debug)]
+pub struct Placer {
+    registry: Mutex<Registry>,
+    store: Store,
+    knowledge: Knowledge,
+    pool_changed: Notify,
+    metrics: Arc<Metrics>,
+}
+
+impl Placer {
+    pub fn new(
+        registry: Registry,
+        store: Store,
+        knowledge: Knowledge,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            registry: Mutex::new(registry),
+            store,
+            knowledge,
+            pool_changed: Notify::new(),
+            metrics,
+        }
+    }
+
+    /// The registry, for a short critical section. Never hold the guard across an `.await`.
+    pub fn registry(&self) -> MutexGuard<'_, Registry> {
+        // A panic while holding the lock cannot leave the registry half-changed (every
+        // registry method is all-or-nothing), so a poisoned lock is still usable.
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Writes the current state to the checkpoint (newest wins under concurrency).
+    pub async fn persist(&self) {
+        let (seq, snapshot) = {
+            let registry = self.registry();
+            (self.store.next_seq(), registry.snapshot())
+        };
+        let ok = self.store.write(seq, snapshot).await;
+        self.metrics.checkpoint_write(ok);
+    }
+
+    /// Wakes the pool updater: holdings changed.
+    pub fn pool_changed(&self) {
+        self.pool_changed.notify_one();
+    }
+
+    /// Waits until holdings change.
+    pub async fn wait_pool_changed(&self) {
+        self.pool_changed.notified().await;
+    }
+}
+
+/// The relay hook.
+#[derive(Debug, Clone)]
+pub struct PlacementHook {
+    placer: Arc<Placer>,
+}
+
+impl PlacementHook {
+    pub fn new(placer: Arc<Placer>) -> Self {
+        Self { placer }
+    }
+
+    async fn run_pod_sandbox(&self, req: &cri::RunPodSandboxRequest) -> Decision {
+        let Some(meta) = req.config.as_ref().and_then(|c| c.metadata.as_ref()) else {
+            return Decision::Continue;
+        };
+        let sandbox = cri_resources(
+            req.config
+                .as_ref()
+                .and_then(|c| c.linux.as_ref())
+                .and_then(|l| l.resources.as_ref()),
+        );
+        let (spec, source) = match self.placer.knowledge.pod(&meta.uid).await {
+            Some(spec) => (spec, Source::Spec),
+            None => {
+                let pod = infer::pod_from_sandbox(&meta.uid, &meta.namespace, &meta.name, &sandbox);
+                (inferred_sandbox_spec(pod), Source::Inferred)
+            }
+        };
+        let result = self.placer.registry().admit(spec, source);
+        self.placer.metrics.allocation(
+            ResourceName::Cpu,
+            crate::telemetry::Source::Pod,
+            result.is_ok(),
+        );
+        match result {
+            Ok(()) => {
+                info!(pod = %meta.uid, namespace = %meta.namespace, name = %meta.name, ?source, "admitted");
+                self.placer.persist().await;
+                self.placer.pool_changed();
+                Decision::Continue
+            }
+            Err(err) => {
+                warn!(pod = %meta.uid, reason = err.reason(), message = %err, "rejected");
+                Decision::Reject(admission_status(&err))
+            }
+        }
+    }
+
+    fn create_container(&self, req: &cri::CreateContainerRequest) -> Decision {
+        let Some(config) = req.config.as_ref() else {
+            return Decision::Continue;
+        };
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let own = cri_resources(config.linux.as_ref().and_then(|l| l.resources.as_ref()));
+        let decided = self
+            .placer
+            .registry()
+            .decide_container(&req.pod_sandbox_id, &name, |pod| {
+                infer::container(pod, &name, &own)
+            });
+        match decided {
+            Some(decision) => Decision::Patch(patch(&decision)),
+            None => Decision::Continue,
+        }
+    }
+
+    fn update_container_resources(&self, req: &cri::UpdateContainerResourcesRequest) -> Decision {
+        let registry = self.placer.registry();
+        let Some(record) = registry.applied(&req.container_id) else {
+            return Decision::Continue;
+        };
+        let decision = ContainerDecision {
+            cpus: record.cpus.clone(),
+            mems: record.mems.clone(),
+            cpu_quota: record.exclusive.then_some(-1),
+            exclusive: record.exclusive,
+        };
+        let mut patch = patch(&decision);
+        patch.annotations.clear();
+        Decision::Patch(patch)
+    }
+
+    /// Records what the runtime did; returns whether holdings changed.
+    fn record(&self, request: &CriRequest, response: Option<&CriResponse>, ok: bool) -> bool {
+        let mut registry = self.placer.registry();
+        match (request, response) {
+            (CriRequest::RunPodSandbox(req), Some(CriResponse::RunPodSandbox(resp))) if ok => {
+                if let Some(meta) = req.config.as_ref().and_then(|c| c.metadata.as_ref()) {
+                    registry.commit_sandbox(&meta.uid, &resp.pod_sandbox_id);
+                }
+                false
+            }
+            (CriRequest::RunPodSandbox(req), _) => {
+                if let Some(meta) = req.config.as_ref().and_then(|c| c.metadata.as_ref()) {
+                    registry.abort_sandbox(&meta.uid);
+                }
+                true
+            }
+            (CriRequest::CreateContainer(req), Some(CriResponse::CreateContainer(resp))) if ok => {
+                if let Some(decision) = applied_decision(req) {
+                    let name = req
+                        .config
+                        .as_ref()
+                        .and_then(|c| c.metadata.as_ref())
+                        .map(|m| m.name.as_str())
+                        .unwrap_or("");
+                    registry.commit_container(
+                        &resp.container_id,
+                        &req.pod_sandbox_id,
+                        name,
+                        &decision,
+                    );
+                }
+                false
+            }
+            (CriRequest::RemoveContainer(req), _) if ok => {
+                registry.remove_container(&req.container_id);
+                true
+            }
+            (CriRequest::StopPodSandbox(req), _) if ok => {
+                registry.stop_sandbox(&req.pod_sandbox_id);
+                true
+            }
+            (CriRequest::RemovePodSandbox(req), _) if ok => {
+                registry.remove_sandbox(&req.pod_sandbox_id);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Hook for PlacementHook {
+    async fn before(&self, request: &CriRequest) -> Decision {
+        match request {
+            CriRequest::RunPodSandbox(req) => self.run_pod_sandbox(req).await,
+            CriRequest::CreateContainer(req) => self.create_container(req),
+            CriRequest::UpdateContainerResources(req) => self.update_container_resources(req),
+            _ => Decision::Continue,
+        }
+    }
+
+    async fn after(&self, request: &CriRequest, outcome: &Outcome) {
+        let ok = outcome.status.code() == Code::Ok;
+        let changed = self.record(request, outcome.response.as_ref(), ok);
+        let durable = matches!(
+            request,
+            CriRequest::RunPodSandbox(_)
+                | CriRequest::CreateContainer(_)
+                | CriRequest::RemoveContainer(_)
+                | CriRequest::StopPodSandbox(_)
+                | CriRequest::RemovePodSandbox(_)
+        );
+        if durable {
+            self.placer.persist().await;
+        }
+        if changed {
+            self.placer.pool_changed();
+        }
+    }
+}
+
+/// The gRPC status a rejected pod gets: the kubelet's reason and message, as its event shows.
+pub fn admission_status(err: &AdmissionError) -> Status {
+    Status::new(Code::FailedPrecondition, format!("{}: {err}", err.reason()))
+}
+
+fn cri_resources(r: Option<&cri::LinuxContainerResources>) -> CriResources {
+    r.map(|r| CriResources {
+        cpu_period: r.cpu_period,
+        cpu_quota: r.cpu_quota,
+        cpu_shares: r.cpu_shares,
+        memory_limit_in_bytes: r.memory_limit_in_bytes,
+    })
+    .unwrap_or_default()
+}
+
+fn patch(decision: &ContainerDecision) -> Patch {
+    let resources = ResourcesPatch {
+        cpuset_cpus: Some(decision.cpus.to_string()),
+        cpuset_mems: decision.mems.clone(),
+        cpu_quota: decision.cpu_quota,
+        ..Default::default()
+    };
+    let annotations = [
+        (CPUS_ANNOTATION.to_string(), decision.cpus.to_string()),
+        (
+            EXCLUSIVE_ANNOTATION.to_string(),
+            decision.exclusive.to_string(),
+        ),
+    ]
+    .into();
+    Patch {
+        resources,
+        annotations,
+    }
+}
+
+/// The decision numa-shim patched into a forwarded CreateContainer, read back from its
+/// annotations (absent when numa-shim did not place the container).
+fn applied_decision(req: &cri::CreateContainerRequest) -> Option<ContainerDecision> {
+    let config = req.config.as_ref()?;
+    let cpus = CpuSet::parse(config.annotations.get(CPUS_ANNOTATION)?).ok()?;
+    let exclusive = config
+        .annotations
+        .get(EXCLUSIVE_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let resources = config.linux.as_ref().and_then(|l| l.resources.as_ref());
+    let mems = resources
+        .map(|r| r.cpuset_mems.clone())
+        .filter(|m| !m.is_empty());
+    Some(ContainerDecision {
+        cpus,
+        mems,
+        cpu_quota: exclusive.then_some(-1),
+        exclusive,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_admission_error_maps_to_failed_precondition_with_reason() {
+        let errors = [
+            AdmissionError::TopologyAffinity,
+            AdmissionError::EmptyPodSharedPool {
+                message: "pod rejected, x".into(),
+            },
+            AdmissionError::SmtAlignment {
+                requested_cpus: 3,
+                cpus_per_core: 2,
+                available_physical_cpus: 0,
+                caused_by_physical_cpus: false,
+            },
+            AdmissionError::Unexpected("not enough cpus".into()),
+        ];
+        for err in errors {
+            let status = admission_status(&err);
+            assert_eq!(status.code(), Code::FailedPrecondition);
+            assert!(
+                status.message().starts_with(err.reason()),
+                "{}",
+                status.message()
+            );
+            assert!(
+                status.message().ends_with(&err.to_string()),
+                "{}",
+                status.message()
+            );
+        }
+    }
+}
