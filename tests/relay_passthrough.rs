@@ -111,6 +111,24 @@ async fn unknown_method_trailers_reach_the_client() {
 }
 
 #[tokio::test]
+async fn multi_message_request_bodies_pass_unchanged() {
+    // A future client- or bidi-streaming method: several framed messages in one request body.
+    let s = setup().await;
+    let body: Vec<u8> = [&b"\0\0\0\0\x03one"[..], b"\0\0\0\0\x03two", b"\0\0\0\0\x00"].concat();
+    let (head, echoed, trailers) = fake::h2_raw(
+        &s.relay.path,
+        fake::FUTURE_SERVICE,
+        &[],
+        Bytes::from(body.clone()),
+    )
+    .await;
+    assert_eq!(head.status, 200);
+    assert_eq!(echoed, body);
+    assert_eq!(trailers.unwrap().get("x-trailer").unwrap(), "kept");
+    assert_eq!(s.runtime.log.for_path(fake::FUTURE_SERVICE)[0].body, body);
+}
+
+#[tokio::test]
 async fn server_streams_deliver_every_message() {
     let s = setup().await;
     let mut client = runtime_client(channel(&s.relay.path).await);

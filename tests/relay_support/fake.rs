@@ -549,6 +549,19 @@ pub async fn h2_unary(
     headers: &[(&'static str, &'static str)],
     message: &[u8],
 ) -> (http::response::Parts, Bytes, Option<http::HeaderMap>) {
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(message);
+    h2_raw(socket, path, headers, Bytes::from(body)).await
+}
+
+/// A raw HTTP/2 gRPC call with an already framed request body (any number of messages).
+pub async fn h2_raw(
+    socket: &Path,
+    path: &str,
+    headers: &[(&'static str, &'static str)],
+    body: Bytes,
+) -> (http::response::Parts, Bytes, Option<http::HeaderMap>) {
     let stream = UnixStream::connect(socket).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -557,16 +570,13 @@ pub async fn h2_unary(
     .await
     .unwrap();
     tokio::spawn(conn);
-    let mut body = vec![0u8];
-    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    body.extend_from_slice(message);
     let mut req = http::Request::post(format!("http://localhost{path}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let req = req.body(full(Bytes::from(body))).unwrap();
+    let req = req.body(full(body)).unwrap();
     let (parts, body) = sender.send_request(req).await.unwrap().into_parts();
     let collected = body.collect().await.unwrap();
     let trailers = collected.trailers().cloned();
