@@ -2,12 +2,15 @@
 //! the relay, p50/p99 printed. Ignored by default (timing on a shared machine is not a pass/fail
 //! signal); run with `cargo test --release --test relay_latency -- --ignored --nocapture`.
 
+#[path = "relay_support/client.rs"]
+mod client;
 #[path = "relay_support/fake.rs"]
 mod fake;
 
 use std::time::{Duration, Instant};
 
-use fake::{channel, runtime_client, RunningRelay, Runtime};
+use client::{channel, runtime_client, RunningRelay};
+use fake::Runtime;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::NoopHook;
 

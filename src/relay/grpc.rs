@@ -203,4 +203,19 @@ mod tests {
             tonic::Code::Unknown
         );
     }
+
+    #[test]
+    fn undecodable_details_do_not_lose_the_code() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("5"));
+        trailers.insert("grpc-message", HeaderValue::from_static("gone"));
+        trailers.insert(
+            "grpc-status-details-bin",
+            HeaderValue::from_static("!!not base64!!"),
+        );
+        let status = response_status(&HeaderMap::new(), Some(&trailers));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(status.message(), "gone");
+        assert!(status.details().is_empty());
+    }
 }
