@@ -307,7 +307,8 @@ async fn malformed_intercepted_messages_are_refused_and_not_forwarded() {
 
 #[tokio::test]
 async fn stop_and_remove_outcomes_are_observed_without_rewriting() {
-    let hook = TestHook::default();
+    // Shared through an Arc, as the placement layer will hold its hook.
+    let hook = Arc::new(TestHook::default());
     let s = setup(hook.clone()).await;
     let mut client = runtime_client(channel(&s.relay.path).await);
     client
