@@ -6,10 +6,13 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod config;
 pub mod cpuset;
 pub mod knowledge;
 pub mod placement;
+pub mod proto;
 pub mod quantity;
+pub mod relay;
 pub mod state;
 pub mod telemetry;
 pub mod topology;

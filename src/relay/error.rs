@@ -1,0 +1,100 @@
+//! The relay's one error type and its single mapping to a gRPC status.
+
+use std::path::PathBuf;
+
+use tonic::{Code, Status};
+
+/// Everything that can go wrong while serving or relaying a CRI call.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The runtime socket could not be reached (not there, refused, timed out).
+    #[error("container runtime at {path} is unavailable: {source}")]
+    RuntimeUnavailable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP/2 handshake with the runtime failed.
+    #[error("container runtime at {path} refused the http/2 handshake: {source}")]
+    RuntimeHandshake {
+        path: PathBuf,
+        #[source]
+        source: hyper::Error,
+    },
+    /// A call sent to the runtime failed before its response headers arrived.
+    #[error("call {method} to container runtime at {path} failed: {source}")]
+    RuntimeCall {
+        method: String,
+        path: PathBuf,
+        #[source]
+        source: hyper::Error,
+    },
+    /// The runtime's response body broke off while numa-shim was reading it.
+    #[error("reading the response to {method} from the container runtime failed: {source}")]
+    RuntimeResponse {
+        method: String,
+        #[source]
+        source: hyper::Error,
+    },
+    /// The client's request body broke off while numa-shim was reading it.
+    #[error("reading the {method} request failed: {source}")]
+    RequestBody {
+        method: String,
+        #[source]
+        source: hyper::Error,
+    },
+    /// An intercepted request is not one well-formed, uncompressed gRPC message of its type.
+    #[error("malformed {method} request: {reason}")]
+    Malformed { method: String, reason: String },
+    /// An intercepted request uses gRPC message compression, which numa-shim cannot rewrite.
+    #[error("compressed {method} request is not supported (grpc-encoding {encoding})")]
+    Compressed { method: String, encoding: String },
+    /// An intercepted message is larger than numa-shim collects in memory.
+    #[error("{method} message of {size} bytes exceeds the {limit} byte limit")]
+    TooLarge {
+        method: String,
+        size: usize,
+        limit: usize,
+    },
+    /// The caller's deadline (grpc-timeout) passed before numa-shim could forward the call.
+    #[error("deadline of {method} exceeded after {elapsed_ms} ms inside numa-shim")]
+    Deadline { method: String, elapsed_ms: u128 },
+    /// The listening socket path holds a file that is not a socket.
+    #[error("refusing to replace {path}: it exists and is not a socket")]
+    NotASocket { path: PathBuf },
+    /// Another live server answers on the listening socket.
+    #[error("another server is already listening on {path}")]
+    SocketInUse { path: PathBuf },
+    /// Preparing, binding or securing the listening socket failed.
+    #[error("cannot {action} listening socket {path}: {source}")]
+    Listen {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RelayError {
+    /// The gRPC status a client sees for this error. The one place errors become statuses.
+    pub fn to_status(&self) -> Status {
+        let code = match self {
+            Self::RuntimeUnavailable { .. }
+            | Self::RuntimeHandshake { .. }
+            | Self::RuntimeCall { .. }
+            | Self::RuntimeResponse { .. } => Code::Unavailable,
+            Self::RequestBody { .. } => Code::Cancelled,
+            Self::Malformed { .. } => Code::InvalidArgument,
+            Self::Compressed { .. } => Code::Unimplemented,
+            Self::TooLarge { .. } => Code::ResourceExhausted,
+            Self::Deadline { .. } => Code::DeadlineExceeded,
+            Self::NotASocket { .. } | Self::SocketInUse { .. } | Self::Listen { .. } => {
+                Code::Internal
+            }
+        };
+        Status::new(code, format!("numa-shim: {self}"))
+    }
+}
+
+#[cfg(test)]
+mod tests;
