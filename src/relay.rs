@@ -153,14 +153,7 @@ impl<H: Hook> Relay<H> {
     pub async fn serve_with_shutdown(self, shutdown: impl Future<Output = ()>) {
         let graceful = GracefulShutdown::new();
         let mut connections = JoinSet::new();
-        let mut builder = http2::Builder::new(TokioExecutor::new());
-        builder
-            .timer(TokioTimer::new())
-            .initial_stream_window_size(4 << 20)
-            .initial_connection_window_size(16 << 20)
-            .max_frame_size(1 << 20)
-            .max_header_list_size(upstream::MAX_HEADER_LIST)
-            .max_concurrent_streams(None);
+        let builder = server_builder();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -202,6 +195,20 @@ impl<H: Hook> Relay<H> {
         while connections.join_next().await.is_some() {}
         info!("stopped");
     }
+}
+
+/// HTTP/2 server settings: windows sized for 16 MiB CRI messages, grpc-go's header limit, no
+/// stream limit (grpc-go's default; the kubelet multiplexes everything on one connection).
+fn server_builder() -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .initial_stream_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .max_frame_size(1 << 20)
+        .max_header_list_size(upstream::MAX_HEADER_LIST)
+        .max_concurrent_streams(None);
+    builder
 }
 
 /// Routes one call and records it in its own span.

@@ -2,6 +2,8 @@
 //! rejections never reach the runtime, malformed messages are refused, and the hook sees every
 //! forwarded outcome.
 
+#[path = "relay_support/client.rs"]
+mod client;
 #[path = "relay_support/fake.rs"]
 mod fake;
 
@@ -9,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use fake::{channel, message_of, raw_unary, runtime_client, RunningRelay, Runtime};
+use client::{channel, message_of, raw_unary, runtime_client, RunningRelay};
+use fake::Runtime;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::{
     CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
@@ -272,7 +275,7 @@ async fn a_hook_slower_than_the_deadline_gives_deadline_exceeded() {
     // A raw HTTP/2 client, so the deadline is enforced by the relay and not the client.
     let s = setup(TestHook::default()).await;
     let started = std::time::Instant::now();
-    let (head, _, _) = fake::h2_unary(
+    let (head, _, _) = client::h2_unary(
         &s.relay.path,
         RUN,
         &[("grpc-timeout", "200m")],
@@ -304,7 +307,8 @@ async fn malformed_intercepted_messages_are_refused_and_not_forwarded() {
 
 #[tokio::test]
 async fn stop_and_remove_outcomes_are_observed_without_rewriting() {
-    let hook = TestHook::default();
+    // Shared through an Arc, as the placement layer will hold its hook.
+    let hook = Arc::new(TestHook::default());
     let s = setup(hook.clone()).await;
     let mut client = runtime_client(channel(&s.relay.path).await);
     client

@@ -1,6 +1,8 @@
 //! Relay lifecycle: runtime down and back, runtime restart, socket ownership, graceful drain
 //! with a bounded grace period, and hook outcomes when the caller hangs up.
 
+#[path = "relay_support/client.rs"]
+mod client;
 #[path = "relay_support/fake.rs"]
 mod fake;
 
@@ -8,7 +10,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fake::{channel, runtime_client, RunningRelay, Runtime};
+use client::{channel, runtime_client, RunningRelay};
+use fake::Runtime;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::{
     CriRequest, Decision, Hook, NoopHook, Outcome, RelayBuilder, RelayError, SocketOptions,
@@ -195,7 +198,7 @@ async fn hook_learns_the_outcome_even_if_the_caller_hangs_up() {
     };
     let message = prost::Message::encode_to_vec(&request);
     // No grpc-timeout: the caller just drops its connection after 100 ms.
-    let call = fake::h2_unary(
+    let call = client::h2_unary(
         &relay.path,
         "/runtime.v1.RuntimeService/CreateContainer",
         &[],

@@ -1,13 +1,16 @@
 //! The relay forwards calls it does not decode byte for byte: unknown methods and services,
 //! server streams, errors with details and metadata, deadlines, large messages, concurrency.
 
+#[path = "relay_support/client.rs"]
+mod client;
 #[path = "relay_support/fake.rs"]
 mod fake;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fake::{channel, raw_unary, runtime_client, RunningRelay, Runtime};
+use client::{channel, raw_unary, runtime_client, RunningRelay};
+use fake::Runtime;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::NoopHook;
 use tonic::{Code, Request};
@@ -91,7 +94,7 @@ async fn unknown_method_and_service_pass_with_headers_and_trailers() {
         assert_eq!(resp.metadata().get("x-future").unwrap(), "yes");
         let seen = s.runtime.log.for_path(path);
         assert_eq!(seen.len(), 1);
-        assert_eq!(fake::message_of(&seen[0]), payload);
+        assert_eq!(client::message_of(&seen[0]), payload);
         assert_eq!(seen[0].headers.get("x-custom").unwrap(), "z");
     }
 }
@@ -108,6 +111,24 @@ async fn unknown_method_trailers_reach_the_client() {
     .await
     .unwrap();
     assert_eq!(resp.metadata().get("x-trailer").unwrap(), "kept");
+}
+
+#[tokio::test]
+async fn multi_message_request_bodies_pass_unchanged() {
+    // A future client- or bidi-streaming method: several framed messages in one request body.
+    let s = setup().await;
+    let body: Vec<u8> = [&b"\0\0\0\0\x03one"[..], b"\0\0\0\0\x03two", b"\0\0\0\0\x00"].concat();
+    let (head, echoed, trailers) = client::h2_raw(
+        &s.relay.path,
+        fake::FUTURE_SERVICE,
+        &[],
+        Bytes::from(body.clone()),
+    )
+    .await;
+    assert_eq!(head.status, 200);
+    assert_eq!(echoed, body);
+    assert_eq!(trailers.unwrap().get("x-trailer").unwrap(), "kept");
+    assert_eq!(s.runtime.log.for_path(fake::FUTURE_SERVICE)[0].body, body);
 }
 
 #[tokio::test]
@@ -183,7 +204,7 @@ async fn grpc_timeout_is_honoured_by_the_runtime() {
         container_id: "slow-3000".into(),
         verbose: false,
     };
-    let (head, _, trailers) = fake::h2_unary(
+    let (head, _, trailers) = client::h2_unary(
         &s.relay.path,
         "/runtime.v1.RuntimeService/ContainerStatus",
         &[("grpc-timeout", "300m")],

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::info;
+use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{self, Config, LogFormat};
@@ -74,6 +74,13 @@ async fn serve(settings: Settings) -> Result<(), super::CliError> {
         .shutdown_grace(settings.shutdown_grace)
         .bind()
         .await?;
+    if let Err(err) = tokio::net::UnixStream::connect(relay.runtime()).await {
+        warn!(
+            runtime = %relay.runtime().display(),
+            error = %err,
+            "runtime not reachable yet; calls answer UNAVAILABLE until it is"
+        );
+    }
     info!(
         listen = %relay.path().display(),
         runtime = %relay.runtime().display(),

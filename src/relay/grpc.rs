@@ -55,9 +55,20 @@ pub(crate) fn status_response(status: &Status) -> Response<RelayBody> {
 /// The gRPC status of a finished response: trailers first, else the headers (trailers-only).
 pub(crate) fn response_status(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Status {
     trailers
-        .and_then(Status::from_header_map)
-        .or_else(|| Status::from_header_map(headers))
+        .and_then(status_from)
+        .or_else(|| status_from(headers))
         .unwrap_or_else(|| Status::unknown("numa-shim: runtime response carried no grpc-status"))
+}
+
+/// `Status::from_header_map`, which panics on undecodable `grpc-status-details-bin`; such
+/// details are dropped instead so that the code and message still count.
+fn status_from(headers: &HeaderMap) -> Option<Status> {
+    let parse = || Status::from_header_map(headers);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or_else(|_| {
+        let mut headers = headers.clone();
+        headers.remove("grpc-status-details-bin");
+        Status::from_header_map(&headers)
+    })
 }
 
 /// Frames `message` as one uncompressed gRPC message.
@@ -191,5 +202,20 @@ mod tests {
             response_status(&HeaderMap::new(), None).code(),
             tonic::Code::Unknown
         );
+    }
+
+    #[test]
+    fn undecodable_details_do_not_lose_the_code() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("5"));
+        trailers.insert("grpc-message", HeaderValue::from_static("gone"));
+        trailers.insert(
+            "grpc-status-details-bin",
+            HeaderValue::from_static("!!not base64!!"),
+        );
+        let status = response_status(&HeaderMap::new(), Some(&trailers));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(status.message(), "gone");
+        assert!(status.details().is_empty());
     }
 }

@@ -118,6 +118,17 @@ pub struct NoopHook;
 
 impl Hook for NoopHook {}
 
+/// A shared hook, so its owner can keep a handle (e.g. to read the state it maintains).
+impl<T: Hook> Hook for std::sync::Arc<T> {
+    fn before(&self, request: &CriRequest) -> impl Future<Output = Decision> + Send {
+        T::before(self, request)
+    }
+
+    fn after(&self, request: &CriRequest, outcome: &Outcome) -> impl Future<Output = ()> + Send {
+        T::after(self, request, outcome)
+    }
+}
+
 const RUNTIME: &str = "/runtime.v1.RuntimeService/";
 
 impl Method {

@@ -58,33 +58,15 @@ async fn prepare<H: Hook>(
 ) -> Result<Prepared, RelayError> {
     let started = Instant::now();
     let path = req.uri().path().to_string();
-    let deadline = req
-        .headers()
-        .get("grpc-timeout")
-        .and_then(grpc::parse_timeout);
     let (mut parts, body) = req.into_parts();
     let body = collect(&path, body, shared.max_message).await?;
-    let message = grpc::unframe(&body).map_err(|e| match e {
-        Unframe::Compressed => RelayError::Compressed {
-            method: path.clone(),
-            encoding: parts
-                .headers
-                .get("grpc-encoding")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("unknown")
-                .to_string(),
-        },
-        Unframe::Malformed(reason) => RelayError::Malformed {
-            method: path.clone(),
-            reason,
-        },
-    })?;
-    let malformed = |e: prost::DecodeError| RelayError::Malformed {
-        method: path.clone(),
-        reason: e.to_string(),
-    };
-    let decoded = CriRequest::decode(method, &message).map_err(malformed)?;
+    let message = unframe(&path, &parts.headers, &body)?;
+    let decoded = decode(&path, method, &message)?;
     let (body, decoded) = if method.is_intercepted() {
+        let deadline = parts
+            .headers
+            .get("grpc-timeout")
+            .and_then(grpc::parse_timeout);
         let before = shared.hook.before(&decoded);
         let decision = match deadline {
             Some(limit) => {
@@ -103,18 +85,7 @@ async fn prepare<H: Hook>(
                 debug!(code = ?status.code(), "hook rejected call");
                 return Ok(Prepared::Answer(status));
             }
-            Decision::Patch(p) => {
-                let extra = patch::encode(method, &p);
-                if extra.is_empty() {
-                    (body, decoded)
-                } else {
-                    let mut patched = BytesMut::from(&message[..]);
-                    patched.extend_from_slice(&extra);
-                    let decoded = CriRequest::decode(method, &patched).map_err(malformed)?;
-                    debug!(patch = ?p, "request patched");
-                    (grpc::frame(&patched), decoded)
-                }
-            }
+            Decision::Patch(p) => apply(&path, method, &p, &message)?.unwrap_or((body, decoded)),
         }
     } else {
         (body, decoded)
@@ -124,6 +95,50 @@ async fn prepare<H: Hook>(
         Request::from_parts(parts, grpc::full_body(body, None)),
         decoded,
     ))
+}
+
+/// The one uncompressed message of a unary request body.
+fn unframe(path: &str, headers: &http::HeaderMap, body: &Bytes) -> Result<Bytes, RelayError> {
+    grpc::unframe(body).map_err(|e| match e {
+        Unframe::Compressed => RelayError::Compressed {
+            method: path.to_string(),
+            encoding: headers
+                .get("grpc-encoding")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("unknown")
+                .to_string(),
+        },
+        Unframe::Malformed(reason) => RelayError::Malformed {
+            method: path.to_string(),
+            reason,
+        },
+    })
+}
+
+fn decode(path: &str, method: Method, message: &[u8]) -> Result<CriRequest, RelayError> {
+    CriRequest::decode(method, message).map_err(|e| RelayError::Malformed {
+        method: path.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The framed body and decoded request with `patch` appended to `message`; `None` if the patch
+/// sets nothing, so the original bytes go out.
+fn apply(
+    path: &str,
+    method: Method,
+    patch: &super::hook::Patch,
+    message: &[u8],
+) -> Result<Option<(Bytes, CriRequest)>, RelayError> {
+    let extra = patch::encode(method, patch);
+    if extra.is_empty() {
+        return Ok(None);
+    }
+    let mut patched = BytesMut::from(message);
+    patched.extend_from_slice(&extra);
+    let decoded = decode(path, method, &patched)?;
+    debug!(patch = ?patch, "request patched");
+    Ok(Some((grpc::frame(&patched), decoded)))
 }
 
 /// Reads a whole request body, refusing more than `limit` bytes.

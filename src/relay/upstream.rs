@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::error::RelayError;
 use super::grpc::RelayBody;
 
-/// How long one connect attempt to the runtime socket may take.
+/// How long connecting to the runtime socket plus the HTTP/2 handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest response header block accepted (grpc-go's default).
 pub(crate) const MAX_HEADER_LIST: u32 = 16 << 20;
@@ -110,23 +110,25 @@ impl Upstream {
             path: self.path.clone(),
             source,
         };
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&self.path))
+        let handshake = async {
+            let stream = UnixStream::connect(&self.path).await.map_err(unavailable)?;
+            Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .initial_stream_window_size(4 << 20)
+                .initial_connection_window_size(16 << 20)
+                .max_frame_size(1 << 20)
+                .max_header_list_size(MAX_HEADER_LIST)
+                .max_concurrent_reset_streams(1024)
+                .handshake(TokioIo::new(stream))
+                .await
+                .map_err(|source| RelayError::RuntimeHandshake {
+                    path: self.path.clone(),
+                    source,
+                })
+        };
+        let (sender, connection) = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
             .await
-            .map_err(|_| unavailable(std::io::ErrorKind::TimedOut.into()))?
-            .map_err(unavailable)?;
-        let (sender, connection) = Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .initial_stream_window_size(4 << 20)
-            .initial_connection_window_size(16 << 20)
-            .max_frame_size(1 << 20)
-            .max_header_list_size(MAX_HEADER_LIST)
-            .max_concurrent_reset_streams(1024)
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|source| RelayError::RuntimeHandshake {
-                path: self.path.clone(),
-                source,
-            })?;
+            .map_err(|_| unavailable(std::io::ErrorKind::TimedOut.into()))??;
         let path = self.path.clone();
         tokio::spawn(async move {
             match connection.await {
