@@ -6,10 +6,12 @@
 //! is ever held across a call to the runtime.
 
 pub mod hook;
+pub mod pool;
+pub mod recover;
 pub mod registry;
 pub mod runtime;
 pub mod store;
 
 pub use hook::{PlacementHook, Placer};
-pub use registry::{ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
+pub use registry::{Adoption, ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
 pub use store::Store;

@@ -15,7 +15,8 @@ use super::store::Store;
 use crate::cpuset::CpuSet;
 use crate::knowledge::infer::{self, CriResources};
 use crate::knowledge::Knowledge;
-use crate::placement::AdmissionError;
+use crate::placement::node::Isolation;
+use crate::placement::{AdmissionError, PodSpec};
 use crate::proto::cri::v1 as cri;
 use crate::relay::{CriRequest, CriResponse, Decision, Hook, Outcome, Patch, ResourcesPatch};
 use crate::telemetry::{Metrics, ResourceName};
@@ -24,6 +25,10 @@ use crate::telemetry::{Metrics, ResourceName};
 pub const CPUS_ANNOTATION: &str = "numa-shim.io/cpus";
 /// Annotation on containers with an exclusive slice ("true"/"false").
 pub const EXCLUSIVE_ANNOTATION: &str = "numa-shim.io/exclusive";
+/// Annotation numa-shim adds to sandboxes it admitted: the pod spec it admitted, as JSON.
+pub const POD_ANNOTATION: &str = "numa-shim.io/pod";
+/// Annotation with the container's isolation level ("host", "pod", "container").
+pub const ISOLATION_ANNOTATION: &str = "numa-shim.io/isolation";
 
 /// Everything the hook, the pool updater and recovery share.
 #[derive(Debug)]
@@ -113,7 +118,7 @@ impl PlacementHook {
                 (inferred_sandbox_spec(pod), Source::Inferred)
             }
         };
-        let result = self.placer.registry().admit(spec, source);
+        let result = self.placer.registry().admit(spec.clone(), source);
         self.placer.metrics.allocation(
             ResourceName::Cpu,
             crate::telemetry::Source::Pod,
@@ -124,7 +129,11 @@ impl PlacementHook {
                 info!(pod = %meta.uid, namespace = %meta.namespace, name = %meta.name, ?source, "admitted");
                 self.placer.persist().await;
                 self.placer.pool_changed();
-                Decision::Continue
+                Decision::Patch(Patch {
+                    annotations: [(POD_ANNOTATION.to_string(), pod_annotation(&spec, source))]
+                        .into(),
+                    ..Patch::default()
+                })
             }
             Err(err) => {
                 warn!(pod = %meta.uid, reason = err.reason(), message = %err, "rejected");
@@ -165,6 +174,7 @@ impl PlacementHook {
             mems: record.mems.clone(),
             cpu_quota: record.exclusive.then_some(-1),
             exclusive: record.exclusive,
+            isolation: Isolation::Host,
         };
         let mut patch = patch(&decision);
         patch.annotations.clear();
@@ -279,6 +289,10 @@ fn patch(decision: &ContainerDecision) -> Patch {
             EXCLUSIVE_ANNOTATION.to_string(),
             decision.exclusive.to_string(),
         ),
+        (
+            ISOLATION_ANNOTATION.to_string(),
+            isolation_name(decision.isolation).to_string(),
+        ),
     ]
     .into();
     Patch {
@@ -291,21 +305,71 @@ fn patch(decision: &ContainerDecision) -> Patch {
 /// annotations (absent when numa-shim did not place the container).
 fn applied_decision(req: &cri::CreateContainerRequest) -> Option<ContainerDecision> {
     let config = req.config.as_ref()?;
-    let cpus = CpuSet::parse(config.annotations.get(CPUS_ANNOTATION)?).ok()?;
-    let exclusive = config
-        .annotations
+    let resources = config.linux.as_ref().and_then(|l| l.resources.as_ref());
+    let mems = resources.map(|r| r.cpuset_mems.as_str());
+    decision_from_annotations(&config.annotations, mems)
+}
+
+/// A decision as numa-shim annotated it on a container (CreateContainer, ListContainers).
+pub fn decision_from_annotations(
+    annotations: &std::collections::HashMap<String, String>,
+    mems: Option<&str>,
+) -> Option<ContainerDecision> {
+    let cpus = CpuSet::parse(annotations.get(CPUS_ANNOTATION)?).ok()?;
+    let exclusive = annotations
         .get(EXCLUSIVE_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let resources = config.linux.as_ref().and_then(|l| l.resources.as_ref());
-    let mems = resources
-        .map(|r| r.cpuset_mems.clone())
-        .filter(|m| !m.is_empty());
+    let isolation = annotations
+        .get(ISOLATION_ANNOTATION)
+        .and_then(|v| parse_isolation(v))
+        .unwrap_or(Isolation::Host);
     Some(ContainerDecision {
         cpus,
-        mems,
+        mems: mems.filter(|m| !m.is_empty()).map(str::to_string),
         cpu_quota: exclusive.then_some(-1),
         exclusive,
+        isolation,
     })
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PodAnnotation {
+    source: Source,
+    spec: PodSpec,
+}
+
+/// The sandbox annotation value for an admitted pod.
+pub fn pod_annotation(spec: &PodSpec, source: Source) -> String {
+    let value = PodAnnotation {
+        source,
+        spec: spec.clone(),
+    };
+    serde_json::to_string(&value).unwrap_or_default()
+}
+
+/// Reads a sandbox annotation written by [`pod_annotation`].
+pub fn parse_pod_annotation(value: &str) -> Option<(PodSpec, Source)> {
+    let parsed: PodAnnotation = serde_json::from_str(value).ok()?;
+    Some((parsed.spec, parsed.source))
+}
+
+/// The annotation value of an isolation level.
+pub fn isolation_name(isolation: Isolation) -> &'static str {
+    match isolation {
+        Isolation::Host => "host",
+        Isolation::Pod => "pod",
+        Isolation::Container => "container",
+    }
+}
+
+/// Reads an isolation annotation value.
+pub fn parse_isolation(value: &str) -> Option<Isolation> {
+    match value {
+        "host" => Some(Isolation::Host),
+        "pod" => Some(Isolation::Pod),
+        "container" => Some(Isolation::Container),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

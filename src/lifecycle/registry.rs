@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
-use crate::placement::node::{ContainerPlacement, CpuQuota, Node, NodeError, NodeSnapshot};
+use crate::placement::node::{
+    ContainerPlacement, CpuQuota, Isolation, Node, NodeError, NodeSnapshot,
+};
 use crate::placement::{AdmissionError, ContainerRole, ContainerSpec, PodSpec, Resources};
 
 /// Where a pod's spec came from.
@@ -21,6 +23,9 @@ pub enum Source {
     Spec,
     /// Inferred from CRI requests; containers are added as CreateContainer calls arrive.
     Inferred,
+    /// Found running at start-up without a checkpoint: kept exactly where it runs, never
+    /// re-admitted; its CPUs are held until it goes.
+    Adopted,
 }
 
 /// One pod numa-shim admitted.
@@ -46,6 +51,9 @@ pub struct ContainerRecord {
     /// Whether the container holds an exclusive slice (CFS quota lifted).
     #[serde(default)]
     pub exclusive: bool,
+    /// Adopted with CPUs of its own (exclusive slice or pod pool): never moved.
+    #[serde(default)]
+    pub pinned: bool,
 }
 
 /// What to write into a container's CRI resources.
@@ -56,6 +64,8 @@ pub struct ContainerDecision {
     /// `Some(-1)` to lift the CFS quota (exclusive CPUs); `None` keeps the kubelet's value.
     pub cpu_quota: Option<i64>,
     pub exclusive: bool,
+    /// Exclusive slice, pod shared pool, or node shared pool (host).
+    pub isolation: Isolation,
 }
 
 /// A cpuset change numa-shim must push to a running container.
@@ -64,6 +74,21 @@ pub struct CpusetUpdate {
     pub container_id: String,
     pub cpus: CpuSet,
     pub mems: Option<String>,
+}
+
+/// A container found running at start-up, as its annotations describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoption {
+    pub container_id: String,
+    pub sandbox_id: String,
+    /// The pod as far as the runtime tells (uid, namespace, name; no containers).
+    pub pod: PodSpec,
+    pub name: String,
+    pub cpus: CpuSet,
+    pub mems: Option<String>,
+    pub exclusive: bool,
+    /// The container ran on CPUs of its own (exclusive slice or pod shared pool).
+    pub pinned: bool,
 }
 
 /// The serialisable part of a registry (the checkpoint payload).
@@ -169,6 +194,7 @@ impl Registry {
                 mems: None,
                 cpu_quota: None,
                 exclusive: false,
+                isolation: Isolation::Host,
             },
         })
     }
@@ -190,6 +216,7 @@ impl Registry {
             cpus: decision.cpus.clone(),
             mems: decision.mems.clone(),
             exclusive: decision.exclusive,
+            pinned: false,
         };
         self.containers.insert(container_id.to_string(), record);
     }
@@ -260,6 +287,9 @@ impl Registry {
         if !self.pods.get(&c.pod_uid).is_some_and(|p| p.active) {
             return None;
         }
+        if c.pinned {
+            return Some(c.cpus.clone());
+        }
         Some(
             self.node
                 .container(&c.pod_uid, &c.name)
@@ -328,8 +358,51 @@ impl Registry {
             .map(|(uid, _)| uid.clone())
     }
 
+    /// Records a container found running at start-up that the checkpoint does not know, from
+    /// what numa-shim annotated on it. `pinned` containers keep their CPUs, which are held so
+    /// they are never granted again; the others follow the node shared pool.
+    pub fn adopt_container(&mut self, found: Adoption) -> Result<(), NodeError> {
+        if !self.pods.contains_key(&found.pod.uid) {
+            let record = PodRecord {
+                spec: found.pod.clone(),
+                source: Source::Adopted,
+                sandbox_id: Some(found.sandbox_id),
+                active: true,
+            };
+            self.pods.insert(found.pod.uid.clone(), record);
+        }
+        let managed = self.node.container(&found.pod.uid, &found.name).is_some();
+        let pinned = found.pinned && !managed;
+        if pinned {
+            self.hold_foreign(&found.cpus)?;
+        }
+        let record = ContainerRecord {
+            pod_uid: found.pod.uid,
+            name: found.name,
+            cpus: found.cpus,
+            mems: found.mems,
+            exclusive: found.exclusive,
+            pinned,
+        };
+        self.containers.insert(found.container_id, record);
+        Ok(())
+    }
+
     fn release_pod(&mut self, uid: &str) {
         self.node.remove_pod(uid);
+        if self
+            .pods
+            .get(uid)
+            .is_some_and(|p| p.source == Source::Adopted)
+        {
+            let held = self
+                .containers
+                .values()
+                .filter(|c| c.pod_uid == uid && c.pinned)
+                .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
+            // Only CPUs this registry marked are released; nothing else can be affected.
+            let _ = self.node.release_unavailable(&held);
+        }
     }
 
     /// Adds an inferred container to an inferred pod by re-admitting the pod with it. Kept only
@@ -393,6 +466,7 @@ fn decision(p: &ContainerPlacement) -> ContainerDecision {
         mems: p.cpuset_mems(),
         cpu_quota: (p.cpu_quota == CpuQuota::Unlimited).then_some(-1),
         exclusive: p.exclusive,
+        isolation: p.isolation,
     }
 }
 

@@ -117,6 +117,11 @@ impl Node {
         self.cpu.mark_unavailable(cpus)
     }
 
+    /// Gives CPUs marked unavailable back to the shared pool (their holder is gone).
+    pub fn release_unavailable(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
+        self.cpu.release_unavailable(cpus)
+    }
+
     pub fn topology(&self) -> &Topology {
         &self.topology
     }

@@ -63,6 +63,25 @@ impl CpuBackend {
         Ok(())
     }
 
+    /// Gives CPUs marked with `mark_unavailable` back to the shared pool (their holder is gone).
+    /// CPUs that were not marked are ignored.
+    pub(super) fn release_unavailable(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
+        let mut state = self.manager.snapshot();
+        let Some(pod) = state.entries.get_mut(UNAVAILABLE_POD) else {
+            return Ok(());
+        };
+        let Some(held) = pod.get_mut(UNAVAILABLE_POD) else {
+            return Ok(());
+        };
+        let back = held.cpus.intersection(cpus);
+        held.cpus = held.cpus.difference(&back);
+        if held.cpus.is_empty() {
+            state.entries.remove(UNAVAILABLE_POD);
+        }
+        state.default_cpu_set = state.default_cpu_set.union(&back);
+        self.manager.restore(state).map_err(state_error)
+    }
+
     pub(super) fn container_cpus(&self, pod_uid: &str, name: &str) -> Option<CpuSet> {
         self.manager.container_cpus(pod_uid, name).map(|(c, _)| c)
     }

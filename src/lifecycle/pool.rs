@@ -1,0 +1,148 @@
+//! Keeps running containers' cpusets right: pushes pool changes (UpdateContainerResources of
+//! numa-shim's own, with retries) and periodically checks what the kernel applied (drift),
+//! restoring and counting what others changed.
+//!
+//! Each round snapshots what to do under the registry lock, releases it, then talks to the
+//! runtime; results are recorded under a fresh, short lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+
+use super::hook::Placer;
+use super::registry::CpusetUpdate;
+use super::runtime::{pid_of, Runtime};
+use crate::cgroup::Host;
+use crate::telemetry::ResourceName;
+
+/// Attempts per cpuset update before waiting for the next round.
+const ATTEMPTS: u32 = 3;
+
+/// Pool updater and drift checker settings.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    /// How often the drift check runs (and pending updates are retried).
+    pub drift_period: Duration,
+    /// Pause between attempts of one update.
+    pub retry_backoff: Duration,
+    /// Where cgroup and proc filesystems are.
+    pub host: Host,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            drift_period: Duration::from_secs(10),
+            retry_backoff: Duration::from_millis(200),
+            host: Host::default(),
+        }
+    }
+}
+
+/// Runs until `shutdown` resolves.
+pub async fn run(
+    placer: Arc<Placer>,
+    runtime: Runtime,
+    settings: PoolSettings,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let mut tick = tokio::time::interval(settings.drift_period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let drift = tokio::select! {
+            () = &mut shutdown => return,
+            () = placer.wait_pool_changed() => false,
+            _ = tick.tick() => true,
+        };
+        apply_pending(&placer, &runtime, &settings).await;
+        if drift {
+            check_drift(&placer, &runtime, &settings).await;
+        }
+    }
+}
+
+/// Pushes every pending cpuset change; returns how many were applied.
+pub async fn apply_pending(placer: &Placer, runtime: &Runtime, settings: &PoolSettings) -> usize {
+    let updates = placer.registry().pending_updates();
+    let mut applied = 0;
+    for update in updates {
+        if push(runtime, &update, settings).await {
+            placer
+                .registry()
+                .mark_applied(&update.container_id, &update.cpus);
+            applied += 1;
+        }
+    }
+    if applied > 0 {
+        placer.persist().await;
+    }
+    applied
+}
+
+async fn push(runtime: &Runtime, update: &CpusetUpdate, settings: &PoolSettings) -> bool {
+    let cpus = update.cpus.to_string();
+    for attempt in 1..=ATTEMPTS {
+        match runtime
+            .update_cpuset(&update.container_id, &cpus, update.mems.as_deref())
+            .await
+        {
+            Ok(()) => {
+                info!(container = %update.container_id, cpus = %cpus, "cpuset updated");
+                return true;
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => {
+                debug!(container = %update.container_id, "container gone; update dropped");
+                return false;
+            }
+            Err(status) => {
+                warn!(container = %update.container_id, attempt, code = ?status.code(), message = status.message(), "cpuset update failed");
+                tokio::time::sleep(settings.retry_backoff * attempt).await;
+            }
+        }
+    }
+    false
+}
+
+/// Reads the real cpuset of every recorded running container and restores the ones that differ
+/// from what numa-shim applied; returns how many were corrected.
+pub async fn check_drift(placer: &Placer, runtime: &Runtime, settings: &PoolSettings) -> usize {
+    let records: Vec<CpusetUpdate> = placer
+        .registry()
+        .containers()
+        .iter()
+        .map(|(id, c)| CpusetUpdate {
+            container_id: id.clone(),
+            cpus: c.cpus.clone(),
+            mems: c.mems.clone(),
+        })
+        .collect();
+    let mut corrected = 0;
+    for record in records {
+        let Ok(status) = runtime.container_status(&record.container_id).await else {
+            continue;
+        };
+        let running = status.status.as_ref().is_some_and(|s| {
+            s.state == crate::proto::cri::v1::ContainerState::ContainerRunning as i32
+        });
+        let Some(pid) = pid_of(&status).filter(|_| running) else {
+            continue;
+        };
+        let reading = match settings.host.read_pid(pid) {
+            Ok(reading) => reading,
+            Err(err) => {
+                debug!(container = %record.container_id, error = %err, "cgroup not readable");
+                continue;
+            }
+        };
+        if reading.cpus != record.cpus {
+            warn!(container = %record.container_id, want = %record.cpus, found = %reading.cpus, "cpuset drifted; restoring");
+            placer.metrics().drift_correction(ResourceName::Cpu);
+            if push(runtime, &record, settings).await {
+                corrected += 1;
+            }
+        }
+    }
+    corrected
+}
