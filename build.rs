@@ -1,8 +1,13 @@
-//! Compiles the CRI v1 and PodResources v1 protos with protox (no system `protoc`) and generates
-//! prost messages plus tonic clients and servers for both.
+//! Compiles the CRI v1, PodResources v1 and kubelet Pods API protos with protox (no system `protoc`) and generates
+//! prost messages plus tonic clients and servers for each.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/cri/api.proto", "proto/podresources/api.proto"];
+    let protos = [
+        "proto/cri/api.proto",
+        "proto/podresources/api.proto",
+        "proto/podsapi/api.proto",
+        "proto/podsapi/core_v1.proto",
+    ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -5,6 +5,7 @@
 //! decision core's `PodSpec`; it never decides placement.
 
 pub mod infer;
+pub mod pods_api;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -10,8 +10,10 @@ pub mod pool;
 pub mod recover;
 pub mod registry;
 pub mod runtime;
+pub mod start;
 pub mod store;
 
 pub use hook::{PlacementHook, Placer};
 pub use registry::{Adoption, ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
 pub use store::Store;
+pub use start::{start, Options, SpecSource, StartError, Started};

@@ -30,3 +30,30 @@ pub mod podresources {
         tonic::include_proto!("v1");
     }
 }
+
+/// Kubelet Pods API (`v1alpha1`) and the part of the core v1 Pod encoding numa-shim reads.
+pub mod podsapi {
+    /// Pods API messages, `pods_client`/`pods_server`.
+    #[allow(
+        missing_docs,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        rust_2018_idioms
+    )]
+    pub mod v1alpha1 {
+        tonic::include_proto!("v1alpha1");
+    }
+
+    /// The core v1 Pod subset (`k8s.io.api.core.v1`).
+    #[allow(
+        missing_docs,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        rust_2018_idioms
+    )]
+    pub mod core_v1 {
+        tonic::include_proto!("k8s.io.api.core.v1");
+    }
+}

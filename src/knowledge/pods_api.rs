@@ -1,0 +1,113 @@
+//! The kubelet Pods API source: keeps a `WatchPods` stream open on the kubelet's socket and feeds
+//! every pod it reports into the `PodCache`, reconnecting with back-off when the kubelet
+//! restarts. Pods arrive as core/v1 protobuf bytes; only the fields placement needs are read.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use serde_json::{json, Map, Value};
+use tracing::{debug, info, warn};
+
+use super::PodCache;
+use crate::k8s::pod::Pod;
+use crate::lifecycle::runtime::unix_channel;
+use crate::placement::PodSpec;
+use crate::proto::podsapi::core_v1;
+use crate::proto::podsapi::v1alpha1::{pods_client::PodsClient, EventType, WatchPodsRequest};
+
+/// The kubelet's Pods API socket.
+pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pods-api/pods-api.sock";
+
+/// Why a pod from the Pods API could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PodsApiError {
+    #[error("pod bytes do not decode as core/v1 Pod: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("pod {uid}: {reason}")]
+    Spec { uid: String, reason: String },
+}
+
+/// Decodes `v1.Pod#Marshal()` bytes into the decision core's pod (with API defaulting).
+pub fn decode_pod(bytes: &[u8]) -> Result<PodSpec, PodsApiError> {
+    let pod = core_v1::Pod::decode(bytes)?;
+    let uid = pod.metadata.as_ref().and_then(|m| m.uid.clone()).unwrap_or_default();
+    let spec_err = |reason: String| PodsApiError::Spec { uid: uid.clone(), reason };
+    let manifest: Pod = serde_json::from_value(manifest(&pod)).map_err(|e| spec_err(e.to_string()))?;
+    manifest.to_pod_spec().map_err(|e| spec_err(e.to_string()))
+}
+
+/// The pod as the JSON a manifest would hold, so manifests and the Pods API share one parser.
+fn manifest(pod: &core_v1::Pod) -> Value {
+    let meta = pod.metadata.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut spec_json = Map::new();
+    spec_json.insert("containers".into(), Value::Array(spec.containers.iter().map(container).collect()));
+    spec_json.insert("initContainers".into(), Value::Array(spec.init_containers.iter().map(container).collect()));
+    if let Some(resources) = &spec.resources {
+        spec_json.insert("resources".into(), requirements(resources));
+    }
+    json!({
+        "metadata": {"name": meta.name.unwrap_or_default(), "namespace": meta.namespace.unwrap_or_default(), "uid": meta.uid.unwrap_or_default()},
+        "spec": spec_json,
+    })
+}
+
+fn container(c: &core_v1::Container) -> Value {
+    let mut out = Map::new();
+    out.insert("name".into(), json!(c.name.clone().unwrap_or_default()));
+    if let Some(policy) = &c.restart_policy {
+        out.insert("restartPolicy".into(), json!(policy));
+    }
+    if let Some(resources) = &c.resources {
+        out.insert("resources".into(), requirements(resources));
+    }
+    Value::Object(out)
+}
+
+fn requirements(r: &core_v1::ResourceRequirements) -> Value {
+    let list = |m: &std::collections::HashMap<String, core_v1::Quantity>| -> Value {
+        m.iter().map(|(k, q)| (k.clone(), json!(q.string.clone().unwrap_or_default()))).collect::<Map<_, _>>().into()
+    };
+    json!({"requests": list(&r.requests), "limits": list(&r.limits)})
+}
+
+/// Watches the Pods API forever (until the task is dropped), filling `cache`.
+pub async fn watch(socket: PathBuf, cache: Arc<PodCache>) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match watch_once(&socket, &cache).await {
+            Ok(()) => debug!("pods api stream ended"),
+            Err(status) => warn!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api unavailable"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status> {
+    let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(16 << 20);
+    let mut stream = client.watch_pods(WatchPodsRequest {}).await?.into_inner();
+    while let Some(event) = stream.message().await? {
+        match EventType::try_from(event.r#type).unwrap_or(EventType::Unspecified) {
+            EventType::Added | EventType::Modified => match decode_pod(&event.pod) {
+                Ok(spec) => cache.insert(spec),
+                Err(err) => warn!(error = %err, "pod from the pods api ignored"),
+            },
+            EventType::Deleted => {
+                if let Ok(pod) = core_v1::Pod::decode(event.pod.as_slice()) {
+                    if let Some(uid) = pod.metadata.and_then(|m| m.uid) {
+                        cache.remove(&uid);
+                    }
+                }
+            }
+            EventType::InitialSyncComplete => info!(pods = cache.len(), "pods api synced"),
+            EventType::Unspecified => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
