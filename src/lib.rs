@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod cpuset;
+pub mod k8s;
 pub mod placement;
 pub mod quantity;
 pub mod topology;
