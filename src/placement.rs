@@ -5,12 +5,18 @@
 //! that change results; inputs in, decisions out. The same inputs always give the same output.
 
 pub mod config;
+pub mod cpu;
 pub mod error;
 pub mod hint;
+pub mod memory;
+pub mod node;
 pub mod pod;
 pub mod provider;
+pub mod qos;
+pub mod topology_manager;
 
 pub use config::Config;
+pub use cpu::CpuManager;
 pub use error::AdmissionError;
 pub use hint::{NumaMask, TopologyHint};
 pub use pod::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};

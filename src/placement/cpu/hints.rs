@@ -1,0 +1,143 @@
+//! CPU topology hints (`GetTopologyHints`, `GetPodTopologyHints`, `generateCPUTopologyHints`):
+//! every NUMA mask that can hold the request, preferred when it is as narrow as the narrowest
+//! mask whose *total* CPUs could hold it (or, with align-by-socket, when it spans the minimal
+//! number of sockets).
+
+use super::manager::CpuManager;
+use crate::cpuset::CpuSet;
+use crate::placement::hint::NumaMask;
+use crate::placement::pod::{ContainerSpec, PodSpec};
+use crate::placement::qos;
+use crate::placement::{ResourceHints, TopologyHint};
+
+const CPU: &str = "cpu";
+
+fn one(hints: Vec<TopologyHint>) -> ResourceHints {
+    ResourceHints::from([(CPU.to_string(), Some(hints))])
+}
+
+impl CpuManager {
+    /// `GetTopologyHints`; an empty map is kubelet's nil (no preference).
+    pub(crate) fn container_topology_hints(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> ResourceHints {
+        if !self.static_policy {
+            return ResourceHints::new();
+        }
+        let requested = self.guaranteed_cpus(pod, container);
+        if requested == 0 || self.skipped_for_gates(pod) {
+            return ResourceHints::new();
+        }
+        if let Some((allocated, _)) = self.container_cpus(&pod.uid, &container.name) {
+            if allocated.len() != requested {
+                return one(vec![]);
+            }
+            return one(self.generate_hints(&allocated, &CpuSet::new(), requested));
+        }
+        let reusable = self.cpus_to_reuse.get(&pod.uid).cloned().unwrap_or_default();
+        one(self.generate_hints(&self.available(), &reusable, requested))
+    }
+
+    /// `GetPodTopologyHints`.
+    pub(crate) fn pod_topology_hints(&self, pod: &PodSpec) -> ResourceHints {
+        if !self.static_policy {
+            return ResourceHints::new();
+        }
+        let requested = self.pod_guaranteed_cpus(pod);
+        if requested == 0 || self.skipped_for_gates(pod) {
+            return ResourceHints::new();
+        }
+        if self.gates.pod_level_resource_managers
+            && qos::is_pod_level_resources_set(pod)
+            && self.validate_pod_scope_resources(pod).is_err()
+        {
+            return one(vec![]);
+        }
+        let mut assigned = CpuSet::new();
+        for c in pod.init_containers.iter().chain(&pod.containers) {
+            if let Some((allocated, _)) = self.container_cpus(&pod.uid, &c.name) {
+                if allocated.len() != self.guaranteed_cpus(pod, c) {
+                    return one(vec![]);
+                }
+                assigned = assigned.union(&allocated);
+            }
+        }
+        if assigned.len() == requested {
+            return one(self.generate_hints(&assigned, &CpuSet::new(), requested));
+        }
+        let reusable = self
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default()
+            .union(&assigned);
+        one(self.generate_hints(&self.available(), &reusable, requested))
+    }
+
+    /// `generateCPUTopologyHints`.
+    pub fn generate_hints(
+        &self,
+        available: &CpuSet,
+        reusable: &CpuSet,
+        request: usize,
+    ) -> Vec<TopologyHint> {
+        let d = self.topo.details();
+        let numas = d.numa_nodes().to_vec();
+        let mut min_size = numas.len();
+        let numa_of = |cpu: u32| d.info(cpu).map(|i| i.numa);
+        let mut hints = Vec::new();
+        for mask in iterate_masks(&numas) {
+            let bits: Vec<u32> = mask.ids().collect();
+            if d.cpus_in_numa_nodes(&bits).len() >= request && bits.len() < min_size {
+                min_size = bits.len();
+            }
+            let in_mask = |cpu: u32| numa_of(cpu).is_some_and(|n| mask.is_set(n));
+            if !reusable.iter().all(in_mask) {
+                continue;
+            }
+            let matching = reusable.len() + available.iter().filter(|&c| in_mask(c)).count();
+            if matching < request {
+                continue;
+            }
+            hints.push(TopologyHint {
+                affinity: Some(mask),
+                preferred: false,
+            });
+        }
+        for h in &mut hints {
+            let Some(mask) = h.affinity else { continue };
+            if self.options.align_by_socket && self.is_socket_aligned(mask, min_size) {
+                h.preferred = true;
+            } else if mask.count() as usize == min_size {
+                h.preferred = true;
+            }
+        }
+        hints
+    }
+
+    /// `isHintSocketAligned` (header counters, as kubelet).
+    fn is_socket_aligned(&self, mask: NumaMask, min_size: usize) -> bool {
+        let c = self.topo.counts();
+        let per_socket = c.num_numa_nodes.checked_div(c.num_sockets).unwrap_or(0);
+        if per_socket == 0 {
+            return false;
+        }
+        let min_sockets = min_size.div_ceil(per_socket);
+        let bits: Vec<u32> = mask.ids().collect();
+        self.topo.details().sockets_in_numa_nodes(&bits).len() == min_sockets
+    }
+}
+
+/// kubelet's `bitmask.IterateBitMasks`: every non-empty subset, by size, lexicographic within.
+pub(crate) fn iterate_masks(ids: &[u32]) -> Vec<NumaMask> {
+    let mut out = Vec::new();
+    for k in 1..=ids.len() {
+        super::distributed::for_each_combination(ids, k, &mut |combo| {
+            out.push(NumaMask::from_ids(combo.iter().copied()));
+            true
+        });
+    }
+    out
+}

@@ -1,0 +1,9 @@
+//! Tests over the whole CPU manager: kubelet's takeByTopology rows and accumulator orderings
+//! (`take`), the shared `T*/S*/P*` vectors (`vectors`), policy behaviour (`policy`) and property
+//! tests (`props`). `fixtures` loads the shared topology JSON (test-only, deliberately tiny).
+
+mod fixtures;
+mod policy;
+mod props;
+mod take;
+mod vectors;

@@ -1,0 +1,264 @@
+//! The Memory Manager with the `Static` policy: a per-NUMA table for regular memory and every
+//! hugepage size, NUMA hints ("groups"), per-container and per-pod (PLRM) memory blocks.
+//!
+//! It owns the memory accounting only. It never picks CPUs, never touches cgroups and never
+//! changes memory limits; it pins NUMA nodes (`cpuset.mems`) and accounts, as the kubelet does.
+
+mod alloc;
+mod hints;
+pub(crate) mod qos;
+mod table;
+
+use std::collections::BTreeMap;
+
+use super::config::{Config, FeatureGates, MemoryPolicy};
+use super::{
+    AdmissionError, ContainerSpec, HintProvider, NumaMask, PodSpec, ResourceHints, TopologyHint,
+};
+use crate::topology::Topology;
+
+/// Resource name of regular memory.
+pub const MEMORY: &str = "memory";
+
+/// Why the Memory Manager cannot start with this configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryError {
+    #[error("[memorymanager] you should specify the system reserved memory")]
+    NoSystemReserved,
+    #[error("the reserved memory configuration references a NUMA node {0} that does not exist on this machine")]
+    UnknownNumaNode(u32),
+    #[error(
+        "reserved {reserved} bytes of {resource} on NUMA node {node} exceed its {total} bytes"
+    )]
+    ReservedExceedsTotal {
+        node: u32,
+        resource: String,
+        reserved: u64,
+        total: u64,
+    },
+}
+
+/// kubelet `MemoryTable` (bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct MemoryTable {
+    pub total: u64,
+    pub system_reserved: u64,
+    pub allocatable: u64,
+    pub reserved: u64,
+    pub free: u64,
+}
+
+/// kubelet `NUMANodeState`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct NumaState {
+    pub assignments: u64,
+    /// The group this node belongs to (itself when single).
+    pub cells: Vec<u32>,
+    /// Resource name (`memory`, `hugepages-2Mi`, …) → table.
+    pub memory: BTreeMap<String, MemoryTable>,
+}
+
+/// kubelet `state.Block`: `size` bytes of `resource` on the `numa` nodes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Block {
+    pub numa: Vec<u32>,
+    pub resource: String,
+    pub size: u64,
+}
+
+/// Everything the kubelet checkpoints (`memory_manager_state`), plus nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct MemoryState {
+    pub machine: BTreeMap<u32, NumaState>,
+    /// Pod UID → container name → blocks.
+    pub containers: BTreeMap<String, BTreeMap<String, Vec<Block>>>,
+    /// Pod UID → pod-level (PLRM) blocks.
+    pub pods: BTreeMap<String, Vec<Block>>,
+}
+
+/// Pod UID → NUMA mask → resource → reusable bytes of finished regular init containers.
+type Reusable = BTreeMap<String, BTreeMap<NumaMask, BTreeMap<String, u64>>>;
+
+/// The Memory Manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryManager {
+    policy: MemoryPolicy,
+    gates: FeatureGates,
+    state: MemoryState,
+    reusable: Reusable,
+}
+
+impl MemoryManager {
+    /// Builds the default machine state from the topology minus `reservedMemory`.
+    pub fn new(topology: &Topology, config: &Config) -> Result<Self, MemoryError> {
+        let machine = if config.memory_policy == MemoryPolicy::Static {
+            table::default_machine_state(topology, &config.reserved_memory)?
+        } else {
+            BTreeMap::new()
+        };
+        Ok(Self {
+            policy: config.memory_policy,
+            gates: config.gates,
+            state: MemoryState {
+                machine,
+                ..MemoryState::default()
+            },
+            reusable: Reusable::new(),
+        })
+    }
+
+    pub fn policy(&self) -> MemoryPolicy {
+        self.policy
+    }
+
+    /// The checkpointed state.
+    pub fn state(&self) -> &MemoryState {
+        &self.state
+    }
+
+    /// Replaces the state (restore after restart); init-container reuse bookkeeping starts empty.
+    pub fn restore(&mut self, state: MemoryState) {
+        self.state = state;
+        self.reusable.clear();
+    }
+
+    /// kubelet `GetAllocatableMemory`: one single-node block per NUMA node and resource with
+    /// non-zero allocatable, ascending by node then resource name.
+    pub fn allocatable(&self) -> Vec<Block> {
+        let mut out = Vec::new();
+        for (&id, node) in &self.state.machine {
+            for (name, t) in &node.memory {
+                if t.allocatable > 0 {
+                    out.push(Block {
+                        numa: vec![id],
+                        resource: name.clone(),
+                        size: t.allocatable,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The container's blocks, if it has any.
+    pub fn container_blocks(&self, pod_uid: &str, container: &str) -> Option<&[Block]> {
+        self.state
+            .containers
+            .get(pod_uid)?
+            .get(container)
+            .map(Vec::as_slice)
+    }
+
+    /// The pod-level (PLRM) blocks, if the pod has a memory bubble.
+    pub fn pod_blocks(&self, pod_uid: &str) -> Option<&[Block]> {
+        self.state.pods.get(pod_uid).map(Vec::as_slice)
+    }
+
+    /// kubelet `GetMemoryNUMANodes`: the union of the container's block nodes; `None` when the
+    /// container has no blocks (cpuset.mems is then left alone).
+    pub fn memory_nodes(&self, pod_uid: &str, container: &str) -> Option<NumaMask> {
+        let blocks = self.container_blocks(pod_uid, container)?;
+        let mask = NumaMask::from_ids(blocks.iter().flat_map(|b| b.numa.iter().copied()));
+        (!mask.is_empty()).then_some(mask)
+    }
+
+    /// Releases every container of the pod (and its bubble).
+    pub fn remove_pod(&mut self, pod_uid: &str) {
+        let names: Vec<String> = self
+            .state
+            .containers
+            .get(pod_uid)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for name in names {
+            self.remove_container(pod_uid, &name);
+        }
+        if let Some(blocks) = self.state.pods.remove(pod_uid) {
+            alloc::release(&mut self.state.machine, &blocks);
+        }
+        self.reusable.remove(pod_uid);
+    }
+}
+
+impl HintProvider for MemoryManager {
+    fn container_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ResourceHints {
+        if self.policy != MemoryPolicy::Static || !qos::is_guaranteed(pod, self.gates) {
+            return ResourceHints::new();
+        }
+        let reqs = hints::container_requests(pod, container, self.gates);
+        if qos::skipped_by_gates(pod, self.gates) {
+            return ResourceHints::new();
+        }
+        if let Some(blocks) = self.container_blocks(&pod.uid, &container.name) {
+            return hints::regenerate(blocks, &reqs);
+        }
+        hints::calculate(&self.state.machine, &self.reusable, &pod.uid, &reqs)
+    }
+
+    fn pod_hints(&self, pod: &PodSpec) -> ResourceHints {
+        if self.policy != MemoryPolicy::Static || !qos::is_guaranteed(pod, self.gates) {
+            return ResourceHints::new();
+        }
+        let reqs = hints::pod_requests(pod, self.gates);
+        if qos::skipped_by_gates(pod, self.gates) {
+            return ResourceHints::new();
+        }
+        if qos::plrm(pod, self.gates) && alloc::validate_pod_scope(pod, self.gates).is_err() {
+            return reqs.keys().map(|k| (k.clone(), Some(Vec::new()))).collect();
+        }
+        if reqs.is_empty() {
+            return ResourceHints::new();
+        }
+        for c in pod.init_containers.iter().chain(&pod.containers) {
+            if let Some(blocks) = self.container_blocks(&pod.uid, &c.name) {
+                return hints::regenerate(blocks, &reqs);
+            }
+        }
+        hints::calculate(&self.state.machine, &self.reusable, &pod.uid, &reqs)
+    }
+
+    fn allocate(
+        &mut self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        hint: &TopologyHint,
+    ) -> Result<(), AdmissionError> {
+        if self.policy != MemoryPolicy::Static {
+            return Ok(());
+        }
+        alloc::allocate(self, pod, container, hint)
+    }
+
+    fn allocate_pod(&mut self, pod: &PodSpec, hint: &TopologyHint) -> Result<(), AdmissionError> {
+        if self.policy != MemoryPolicy::Static {
+            return Ok(());
+        }
+        alloc::allocate_pod(self, pod, hint)
+    }
+
+    fn remove_container(&mut self, pod_uid: &str, container: &str) {
+        alloc::remove_container(self, pod_uid, container);
+    }
+}
+
+/// kubelet's hugepage resource name for a page size in bytes (`hugepages-2Mi`, `hugepages-1Gi`).
+pub fn hugepage_resource_name(size: u64) -> String {
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    for (suffix, shift) in SUFFIXES {
+        let unit = 1u64 << shift;
+        if size >= unit && size % unit == 0 {
+            return format!("hugepages-{}{suffix}", size / unit);
+        }
+    }
+    format!("hugepages-{size}")
+}
+
+#[cfg(test)]
+mod tests;

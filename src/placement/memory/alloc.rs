@@ -1,0 +1,419 @@
+//! Allocation and release of memory blocks (kubelet static policy `Allocate`, `AllocatePod`,
+//! `RemoveContainer`), with the init-container reuse bookkeeping and the PLRM pod bubble.
+
+use std::collections::BTreeMap;
+
+use super::hints::{self, Requests};
+use super::{qos, Block, MemoryManager, NumaState, MEMORY};
+use crate::placement::config::FeatureGates;
+use crate::placement::{
+    AdmissionError, ContainerRole, ContainerSpec, NumaMask, PodSpec, TopologyHint,
+};
+
+fn unexpected(msg: &str) -> AdmissionError {
+    AdmissionError::Unexpected(msg.to_string())
+}
+
+/// kubelet `validatePodScopeResources` (memory): the "empty shared pool" rules.
+pub(super) fn validate_pod_scope(pod: &PodSpec, gates: FeatureGates) -> Result<(), String> {
+    let total = hints::pod_requests(pod, gates);
+    let mut shared_long_running = false;
+    let mut long_running = Requests::new();
+    for c in &pod.init_containers {
+        let reqs = hints::container_requests(pod, c, gates);
+        if c.role != ContainerRole::Sidecar {
+            if !reqs.is_empty() {
+                for (name, &pod_total) in &total {
+                    let pool = pod_total.wrapping_sub(long_running.get(name).copied().unwrap_or(0));
+                    let want = reqs.get(name).copied().unwrap_or(0);
+                    if want > pool {
+                        return Err(format!(
+                            "pod rejected, largest exclusive init container requests {want} of {name}, but only {pool} available"
+                        ));
+                    }
+                }
+            } else {
+                for (name, &pool) in &total {
+                    if long_running.get(name).copied().unwrap_or(0) >= pool {
+                        return Err(format!(
+                            "pod rejected, pod has shared init containers but no {name} available for them"
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        if reqs.is_empty() {
+            shared_long_running = true;
+            continue;
+        }
+        for (name, v) in reqs {
+            *long_running.entry(name).or_insert(0) += v;
+        }
+    }
+    for c in &pod.containers {
+        let reqs = hints::container_requests(pod, c, gates);
+        if reqs.is_empty() {
+            shared_long_running = true;
+            continue;
+        }
+        for (name, v) in reqs {
+            *long_running.entry(name).or_insert(0) += v;
+        }
+    }
+    if shared_long_running {
+        for (name, &pool) in &total {
+            if long_running.get(name).copied().unwrap_or(0) >= pool {
+                return Err(format!(
+                    "pod rejected, sum of exclusive container {name} requests equals pod budget, leaving no memory for shared containers"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Steps 1–3 of §3.5: default hint, extension, group rule. Returns the mask to use.
+fn choose_mask(
+    mm: &MemoryManager,
+    pod_uid: &str,
+    reqs: &Requests,
+    hint: &TopologyHint,
+) -> Result<NumaMask, AdmissionError> {
+    let machine = &mm.state.machine;
+    let mut best = *hint;
+    if best.affinity.is_none() {
+        let lists = hints::calculate_lists(machine, &mm.reusable, pod_uid, reqs);
+        if lists.is_empty() {
+            return Err(unexpected(
+                "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available",
+            ));
+        }
+        // Every resource gets the same list; kubelet reads the `memory` one.
+        let list = lists.get(MEMORY).or_else(|| lists.values().next());
+        let default =
+            hints::find_best(list.map_or(&[][..], Vec::as_slice)).unwrap_or(TopologyHint {
+                affinity: None,
+                preferred: false,
+            });
+        if !default.preferred && best.preferred {
+            return Err(unexpected(
+                "[memorymanager] failed to find the default preferred hint",
+            ));
+        }
+        best = default;
+    }
+    let mask = best.affinity.unwrap_or_default();
+    if !satisfies(machine, mask, reqs) {
+        let lists = hints::calculate_lists(machine, &mm.reusable, pod_uid, reqs);
+        let within: Vec<TopologyHint> = lists
+            .get(MEMORY)
+            .or_else(|| lists.values().next())
+            .into_iter()
+            .flatten()
+            .filter(|h| h.affinity.is_some_and(|m| m.and(mask) == mask))
+            .copied()
+            .collect();
+        let Some(extended) = hints::find_best(&within) else {
+            return Err(unexpected(
+                "[memorymanager] failed to find NUMA nodes to extend the current topology hint",
+            ));
+        };
+        if !extended.preferred && best.preferred {
+            return Err(unexpected(
+                "[memorymanager] failed to find the extended preferred hint",
+            ));
+        }
+        best = extended;
+    }
+    let mask = best.affinity.unwrap_or_default();
+    if hints::violates_group(machine, mask) {
+        return Err(unexpected(
+            "[memorymanager] preferred hint violates NUMA node allocation",
+        ));
+    }
+    Ok(mask)
+}
+
+/// kubelet `isAffinitySatisfyRequest` (free memory only).
+fn satisfies(machine: &BTreeMap<u32, NumaState>, mask: NumaMask, reqs: &Requests) -> bool {
+    reqs.iter().all(|(name, &req)| {
+        let free: u64 = mask
+            .ids()
+            .filter_map(|id| machine.get(&id)?.memory.get(name).map(|t| t.free))
+            .sum();
+        free >= req
+    })
+}
+
+/// kubelet `updateMachineState`: every node of the mask joins the group; the size is drawn
+/// greedily from free into reserved, ascending node id.
+fn charge(machine: &mut BTreeMap<u32, NumaState>, mask: NumaMask, resource: &str, mut size: u64) {
+    let cells: Vec<u32> = mask.ids().collect();
+    for &id in &cells {
+        let Some(node) = machine.get_mut(&id) else {
+            continue;
+        };
+        node.assignments += 1;
+        node.cells = cells.clone();
+        if size == 0 {
+            continue;
+        }
+        let Some(t) = node.memory.get_mut(resource) else {
+            continue;
+        };
+        let take = t.free.min(size);
+        t.reserved += take;
+        t.free -= take;
+        size -= take;
+    }
+}
+
+/// kubelet `releaseMemory`.
+pub(super) fn release(machine: &mut BTreeMap<u32, NumaState>, blocks: &[Block]) {
+    for b in blocks {
+        let mut size = b.size;
+        for &id in &b.numa {
+            let Some(node) = machine.get_mut(&id) else {
+                continue;
+            };
+            node.assignments = node.assignments.saturating_sub(1);
+            if node.assignments == 0 {
+                node.cells = vec![id];
+            }
+            if size == 0 {
+                continue;
+            }
+            let Some(t) = node.memory.get_mut(&b.resource) else {
+                continue;
+            };
+            let give = t.reserved.min(size);
+            t.reserved -= give;
+            t.free += give;
+            size -= give;
+        }
+    }
+}
+
+fn blocks_of(mask: NumaMask, reqs: &Requests) -> Vec<Block> {
+    reqs.iter()
+        .map(|(name, &size)| Block {
+            numa: mask.ids().collect(),
+            resource: name.clone(),
+            size,
+        })
+        .collect()
+}
+
+/// kubelet static policy `Allocate` for one container.
+pub(super) fn allocate(
+    mm: &mut MemoryManager,
+    pod: &PodSpec,
+    c: &ContainerSpec,
+    hint: &TopologyHint,
+) -> Result<(), AdmissionError> {
+    if !qos::is_guaranteed(pod, mm.gates) || qos::skipped_by_gates(pod, mm.gates) {
+        return Ok(());
+    }
+    if let Some(blocks) = mm
+        .container_blocks(&pod.uid, &c.name)
+        .map(<[Block]>::to_vec)
+    {
+        update_reusable(mm, pod, c, &blocks);
+        return Ok(());
+    }
+    let reqs = hints::container_requests(pod, c, mm.gates);
+    let mask = choose_mask(mm, &pod.uid, &reqs, hint)?;
+    let blocks = blocks_of(mask, &reqs);
+    for (name, &size) in &reqs {
+        let reuse = hints::reusable(&mm.reusable, &pod.uid, mask, name);
+        mm_charge(mm, mask, name, size.saturating_sub(reuse));
+    }
+    update_reusable(mm, pod, c, &blocks);
+    mm.state
+        .containers
+        .entry(pod.uid.clone())
+        .or_default()
+        .insert(c.name.clone(), blocks.clone());
+    shrink_init_blocks(mm, pod, c, &blocks);
+    Ok(())
+}
+
+fn mm_charge(mm: &mut MemoryManager, mask: NumaMask, name: &str, size: u64) {
+    charge(&mut mm.state.machine, mask, name, size);
+}
+
+/// kubelet `updatePodReusableMemory`: one pod tracked at a time.
+fn update_reusable(mm: &mut MemoryManager, pod: &PodSpec, c: &ContainerSpec, blocks: &[Block]) {
+    mm.reusable.retain(|uid, _| *uid == pod.uid);
+    let regular_init = pod
+        .init_containers
+        .iter()
+        .find(|i| i.name == c.name)
+        .is_some_and(|i| i.role == ContainerRole::Init);
+    if regular_init {
+        let pod_map = mm.reusable.entry(pod.uid.clone()).or_default();
+        for b in blocks {
+            let mask = NumaMask::from_ids(b.numa.iter().copied());
+            let slot = pod_map
+                .entry(mask)
+                .or_default()
+                .entry(b.resource.clone())
+                .or_insert(0);
+            if b.size > *slot {
+                *slot = b.size;
+            }
+        }
+        return;
+    }
+    for b in blocks {
+        let mask = NumaMask::from_ids(b.numa.iter().copied());
+        if let Some(slot) = mm
+            .reusable
+            .get_mut(&pod.uid)
+            .and_then(|m| m.get_mut(&mask))
+            .and_then(|m| m.get_mut(&b.resource))
+        {
+            *slot = slot.saturating_sub(b.size);
+        }
+    }
+}
+
+/// kubelet `updateInitContainersMemoryBlocks`: earlier regular init containers' blocks shrink by
+/// what this container reused, so the pod's block sum equals what the machine state holds.
+fn shrink_init_blocks(mm: &mut MemoryManager, pod: &PodSpec, c: &ContainerSpec, blocks: &[Block]) {
+    let Some(pod_blocks) = mm.state.containers.get_mut(&pod.uid) else {
+        return;
+    };
+    for cb in blocks {
+        let mut size = cb.size;
+        for init in &pod.init_containers {
+            if init.name == c.name || size == 0 {
+                break;
+            }
+            if init.role == ContainerRole::Sidecar {
+                continue;
+            }
+            let Some(ib) = pod_blocks.get_mut(&init.name) else {
+                continue;
+            };
+            for b in ib.iter_mut() {
+                if b.size == 0
+                    || b.resource != cb.resource
+                    || NumaMask::from_ids(b.numa.iter().copied())
+                        != NumaMask::from_ids(cb.numa.iter().copied())
+                {
+                    continue;
+                }
+                let take = b.size.min(size);
+                b.size -= take;
+                size -= take;
+            }
+        }
+    }
+}
+
+/// kubelet static policy `AllocatePod` (PLRM): one bubble, blocks per container.
+pub(super) fn allocate_pod(
+    mm: &mut MemoryManager,
+    pod: &PodSpec,
+    hint: &TopologyHint,
+) -> Result<(), AdmissionError> {
+    if !qos::is_guaranteed(pod, mm.gates) {
+        return Ok(());
+    }
+    let total = hints::pod_requests(pod, mm.gates);
+    validate_pod_scope(pod, mm.gates)
+        .map_err(|message| AdmissionError::EmptyPodSharedPool { message })?;
+    let mask = choose_mask(mm, &pod.uid, &total, hint)?;
+    let mut exclusive: BTreeMap<&str, Vec<Block>> = BTreeMap::new();
+    let mut sidecar = Requests::new();
+    let pool_minus = |total: &Requests, used: &Requests| -> Requests {
+        total
+            .iter()
+            .map(|(k, &v)| (k.clone(), v.wrapping_sub(used.get(k).copied().unwrap_or(0))))
+            .collect()
+    };
+    for c in &pod.init_containers {
+        let reqs = hints::container_requests(pod, c, mm.gates);
+        if reqs.is_empty() {
+            if c.role == ContainerRole::Sidecar {
+                continue;
+            }
+            let mut runnable = pool_minus(&total, &sidecar);
+            runnable.retain(|_, v| *v > 0);
+            exclusive.insert(&c.name, blocks_of(mask, &runnable));
+            continue;
+        }
+        let mut nonzero = reqs.clone();
+        nonzero.retain(|_, v| *v > 0);
+        exclusive.insert(&c.name, blocks_of(mask, &nonzero));
+        if c.role == ContainerRole::Sidecar {
+            for (k, v) in reqs {
+                *sidecar.entry(k).or_insert(0) += v;
+            }
+        }
+    }
+    let mut app_pool = pool_minus(&total, &sidecar);
+    for c in &pod.containers {
+        let mut reqs = hints::container_requests(pod, c, mm.gates);
+        if reqs.is_empty() {
+            continue;
+        }
+        reqs.retain(|_, v| *v > 0);
+        for (k, v) in &reqs {
+            if let Some(p) = app_pool.get_mut(k) {
+                *p = p.wrapping_sub(*v);
+            }
+        }
+        exclusive.insert(&c.name, blocks_of(mask, &reqs));
+    }
+    app_pool.retain(|_, v| *v > 0);
+    let shared = blocks_of(mask, &app_pool);
+    mm.state
+        .pods
+        .insert(pod.uid.clone(), blocks_of(mask, &total));
+    for (name, &size) in &total {
+        charge(&mut mm.state.machine, mask, name, size);
+    }
+    let entry = mm.state.containers.entry(pod.uid.clone()).or_default();
+    for c in pod.init_containers.iter().chain(&pod.containers) {
+        let blocks = exclusive
+            .get(c.name.as_str())
+            .cloned()
+            .unwrap_or_else(|| shared.clone());
+        entry.insert(c.name.clone(), blocks);
+    }
+    Ok(())
+}
+
+/// kubelet static policy `RemoveContainer`.
+pub(super) fn remove_container(mm: &mut MemoryManager, pod_uid: &str, container: &str) {
+    if mm.gates.pod_level_resource_managers {
+        if let Some(pod_blocks) = mm.state.pods.get(pod_uid).cloned() {
+            delete_entry(mm, pod_uid, container);
+            if !mm.state.containers.contains_key(pod_uid) {
+                release(&mut mm.state.machine, &pod_blocks);
+                mm.state.pods.remove(pod_uid);
+            }
+            return;
+        }
+    }
+    let Some(blocks) = mm
+        .container_blocks(pod_uid, container)
+        .map(<[Block]>::to_vec)
+    else {
+        return;
+    };
+    delete_entry(mm, pod_uid, container);
+    release(&mut mm.state.machine, &blocks);
+}
+
+fn delete_entry(mm: &mut MemoryManager, pod_uid: &str, container: &str) {
+    if let Some(m) = mm.state.containers.get_mut(pod_uid) {
+        m.remove(container);
+        if m.is_empty() {
+            mm.state.containers.remove(pod_uid);
+        }
+    }
+}

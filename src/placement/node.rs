@@ -1,0 +1,329 @@
+//! `Node`: one machine's resource managers driven the kubelet's way. Owns the topology, the
+//! config, the CPU Manager, the Memory Manager and the Topology Manager; admits pods atomically
+//! (scope, policy, providers in kubelet order: CPU then memory) and answers placement queries.
+//!
+//! It never does I/O and never talks CRI: the shell asks it and carries the answers out.
+
+mod cpu;
+mod placement;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use placement::{ContainerPlacement, CpuQuota, Isolation, PodPlacement};
+
+use self::cpu::{CpuBackend, CpuState};
+use super::config::{Config, TopologyPolicy, TopologyScope};
+use super::memory::{qos, Block, MemoryError, MemoryManager, MemoryState};
+use super::topology_manager::{TopologyManager, TopologyManagerError};
+use super::{AdmissionError, ContainerSpec, HintProvider, NumaMask, PodSpec, TopologyHint};
+use crate::cpuset::CpuSet;
+use crate::topology::Topology;
+
+/// Why a `Node` cannot be built or restored. Config errors name the kubelet field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    #[error("reservedSystemCPUs: {reserved} is not inside the machine's CPUs {machine}")]
+    ReservedOutsideMachine { reserved: CpuSet, machine: CpuSet },
+    #[error("unavailable CPUs {cpus} are not inside the machine's CPUs {machine}")]
+    UnavailableOutsideMachine { cpus: CpuSet, machine: CpuSet },
+    #[error("cpuManagerPolicy: {0}")]
+    Cpu(String),
+    #[error("reservedMemory: {0}")]
+    Memory(#[from] MemoryError),
+    #[error("topologyManagerPolicyOptions: {0}")]
+    Topology(#[from] TopologyManagerError),
+    #[error("snapshot does not fit this node: {0}")]
+    Snapshot(String),
+}
+
+/// One admitted pod as the node remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct AdmittedPod {
+    spec: PodSpec,
+    /// Container name → the Topology Manager's hint for it.
+    hints: BTreeMap<String, StoredHint>,
+    /// Containers not removed yet.
+    live: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct StoredHint {
+    affinity: Option<u64>,
+    preferred: bool,
+}
+
+impl From<TopologyHint> for StoredHint {
+    fn from(h: TopologyHint) -> Self {
+        Self {
+            affinity: h.affinity.map(|m| m.0),
+            preferred: h.preferred,
+        }
+    }
+}
+
+impl From<StoredHint> for TopologyHint {
+    fn from(h: StoredHint) -> Self {
+        Self {
+            affinity: h.affinity.map(NumaMask),
+            preferred: h.preferred,
+        }
+    }
+}
+
+/// Everything a node's decisions depend on besides topology and config; serde-able.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeSnapshot {
+    cpu: CpuState,
+    memory: MemoryState,
+    pods: BTreeMap<String, AdmittedPod>,
+}
+
+/// The machine's resource managers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    topology: Topology,
+    config: Config,
+    cpu: CpuBackend,
+    memory: MemoryManager,
+    topology_manager: TopologyManager,
+    pods: BTreeMap<String, AdmittedPod>,
+}
+
+impl Node {
+    /// Builds the managers; fails like the kubelet would refuse to start.
+    pub fn new(topology: Topology, config: Config) -> Result<Self, NodeError> {
+        let topology_manager =
+            TopologyManager::new(&topology, config.topology_policy, config.topology_options)?;
+        let cpu = CpuBackend::new(&topology, &config)?;
+        let memory = MemoryManager::new(&topology, &config)?;
+        Ok(Self {
+            topology,
+            config,
+            cpu,
+            memory,
+            topology_manager,
+            pods: BTreeMap::new(),
+        })
+    }
+
+    /// Marks CPUs as held by others (pods that predate the shim): removed from the shared pool
+    /// and never granted.
+    pub fn mark_unavailable(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
+        self.cpu.mark_unavailable(cpus)
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn memory_manager(&self) -> &MemoryManager {
+        &self.memory
+    }
+
+    /// kubelet admission for the pod, including allocation for every container; atomic: on
+    /// error nothing changes. Admitting an already admitted pod returns its placement.
+    pub fn admit(&mut self, pod: &PodSpec) -> Result<PodPlacement, AdmissionError> {
+        if self.pods.contains_key(&pod.uid) {
+            return self
+                .placement(&pod.uid)
+                .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)));
+        }
+        let saved = (self.cpu.clone(), self.memory.clone());
+        match self.admit_inner(pod) {
+            Ok(hints) => {
+                let live = containers(pod).map(|c| c.name.clone()).collect();
+                let record = AdmittedPod {
+                    spec: pod.clone(),
+                    hints,
+                    live,
+                };
+                self.pods.insert(pod.uid.clone(), record);
+                tracing::debug!(pod = %pod.uid, "admitted");
+                self.placement(&pod.uid)
+                    .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)))
+            }
+            Err(e) => {
+                (self.cpu, self.memory) = saved;
+                tracing::debug!(pod = %pod.uid, reason = e.reason(), "rejected");
+                Err(e)
+            }
+        }
+    }
+
+    fn admit_inner(
+        &mut self,
+        pod: &PodSpec,
+    ) -> Result<BTreeMap<String, StoredHint>, AdmissionError> {
+        let mut stored = BTreeMap::new();
+        if self.config.topology_policy == TopologyPolicy::None {
+            let hint = TopologyHint {
+                affinity: None,
+                preferred: false,
+            };
+            for c in containers(pod) {
+                self.allocate_container(pod, c, &hint)?;
+            }
+            return Ok(stored);
+        }
+        match self.config.topology_scope {
+            TopologyScope::Container => {
+                for c in containers(pod) {
+                    let hints = [
+                        self.cpu.container_hints(pod, c),
+                        self.memory.container_hints(pod, c),
+                    ];
+                    let (hint, admit) = self.topology_manager.merge(&hints);
+                    if !admit {
+                        return Err(AdmissionError::TopologyAffinity);
+                    }
+                    stored.insert(c.name.clone(), hint.into());
+                    self.allocate_container(pod, c, &hint)?;
+                }
+            }
+            TopologyScope::Pod => {
+                let hints = [self.cpu.pod_hints(pod), self.memory.pod_hints(pod)];
+                let (hint, admit) = self.topology_manager.merge(&hints);
+                if !admit {
+                    return Err(AdmissionError::TopologyAffinity);
+                }
+                for c in containers(pod) {
+                    stored.insert(c.name.clone(), hint.into());
+                }
+                if qos::plrm(pod, self.config.gates) {
+                    self.cpu.allocate_pod(pod, &hint)?;
+                    self.memory.allocate_pod(pod, &hint)?;
+                } else {
+                    for c in containers(pod) {
+                        self.allocate_container(pod, c, &hint)?;
+                    }
+                }
+            }
+        }
+        Ok(stored)
+    }
+
+    fn allocate_container(
+        &mut self,
+        pod: &PodSpec,
+        c: &ContainerSpec,
+        hint: &TopologyHint,
+    ) -> Result<(), AdmissionError> {
+        self.cpu.allocate(pod, c, hint)?;
+        self.memory.allocate(pod, c, hint)
+    }
+
+    /// Releases one container by the kubelet's rules (PLRM pods: everything goes back with the
+    /// last container). Unknown pods/containers are ignored.
+    pub fn remove_container(&mut self, pod_uid: &str, name: &str) {
+        let Some(record) = self.pods.get_mut(pod_uid) else {
+            return;
+        };
+        if !record.live.remove(name) {
+            return;
+        }
+        self.cpu.remove_container(pod_uid, name);
+        self.memory.remove_container(pod_uid, name);
+        if record.live.is_empty() {
+            self.pods.remove(pod_uid);
+            self.memory.remove_pod(pod_uid);
+        }
+        tracing::debug!(pod = %pod_uid, container = %name, "removed");
+    }
+
+    /// Releases every container of the pod.
+    pub fn remove_pod(&mut self, pod_uid: &str) {
+        let names: Vec<String> = match self.pods.get(pod_uid) {
+            Some(r) => containers(&r.spec)
+                .map(|c| c.name.clone())
+                .filter(|n| r.live.contains(n))
+                .collect(),
+            None => return,
+        };
+        for name in names {
+            self.remove_container(pod_uid, &name);
+        }
+    }
+
+    /// Admitted pod UIDs, sorted.
+    pub fn pods(&self) -> Vec<String> {
+        self.pods.keys().cloned().collect()
+    }
+
+    /// The pod's current placement (shared containers see the current node pool).
+    pub fn placement(&self, pod_uid: &str) -> Option<PodPlacement> {
+        let record = self.pods.get(pod_uid)?;
+        let pod = &record.spec;
+        let containers = containers(pod)
+            .filter(|c| record.live.contains(&c.name))
+            .filter_map(|c| self.container(pod_uid, &c.name))
+            .collect();
+        Some(placement::pod_placement(self, pod, containers))
+    }
+
+    /// One live container's placement.
+    pub fn container(&self, pod_uid: &str, name: &str) -> Option<ContainerPlacement> {
+        let record = self.pods.get(pod_uid)?;
+        if !record.live.contains(name) {
+            return None;
+        }
+        let c = containers(&record.spec).find(|c| c.name == name)?;
+        let hint = record.hints.get(name).copied().map(TopologyHint::from);
+        Some(placement::container_placement(self, &record.spec, c, hint))
+    }
+
+    /// The node shared pool (kubelet's default CPU set).
+    pub fn shared_cpus(&self) -> CpuSet {
+        self.cpu.shared()
+    }
+
+    pub fn reserved_cpus(&self) -> CpuSet {
+        self.cpu.reserved()
+    }
+
+    /// All CPUs minus reserved (PodResources `GetAllocatableResources`).
+    pub fn allocatable_cpus(&self) -> CpuSet {
+        self.cpu.allocatable()
+    }
+
+    /// Per-NUMA allocatable memory blocks (PodResources `GetAllocatableResources`).
+    pub fn allocatable_memory(&self) -> Vec<Block> {
+        self.memory.allocatable()
+    }
+
+    /// The decision state, for checkpoints and equality checks.
+    pub fn snapshot(&self) -> NodeSnapshot {
+        NodeSnapshot {
+            cpu: self.cpu.state(),
+            memory: self.memory.state().clone(),
+            pods: self.pods.clone(),
+        }
+    }
+
+    /// Restores a snapshot taken from a node with the same topology and config.
+    pub fn restore(&mut self, snapshot: NodeSnapshot) -> Result<(), NodeError> {
+        if snapshot
+            .memory
+            .machine
+            .keys()
+            .ne(self.memory.state().machine.keys())
+        {
+            return Err(NodeError::Snapshot("memory NUMA nodes differ".to_string()));
+        }
+        self.cpu.restore(snapshot.cpu)?;
+        self.memory.restore(snapshot.memory);
+        self.pods = snapshot.pods;
+        Ok(())
+    }
+}
+
+/// Init containers (regular and sidecar) in spec order, then app containers: kubelet's order.
+fn containers(pod: &PodSpec) -> impl Iterator<Item = &ContainerSpec> {
+    pod.init_containers.iter().chain(&pod.containers)
+}
+
+#[cfg(test)]
+mod tests;
