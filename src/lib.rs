@@ -9,4 +9,5 @@ pub mod cpuset;
 pub mod k8s;
 pub mod placement;
 pub mod quantity;
+pub mod scenario;
 pub mod topology;

@@ -10,6 +10,7 @@
 
 mod cpu;
 mod memory;
+mod scalar;
 #[cfg(test)]
 mod tests;
 
@@ -34,13 +35,17 @@ pub struct KubeletConfiguration {
     /// `none` (default) or `static`.
     pub cpu_manager_policy: Option<String>,
     /// Option name → `"true"` / `"false"`.
+    #[serde(deserialize_with = "scalar::map")]
     pub cpu_manager_policy_options: BTreeMap<String, String>,
     /// A CPU list (`"0-1"`); overrides the CPU parts of `kubeReserved` / `systemReserved`.
-    #[serde(rename = "reservedSystemCPUs")]
+    #[serde(rename = "reservedSystemCPUs", deserialize_with = "scalar::opt")]
     pub reserved_system_cpus: Option<String>,
+    #[serde(deserialize_with = "scalar::map")]
     pub kube_reserved: BTreeMap<String, String>,
+    #[serde(deserialize_with = "scalar::map")]
     pub system_reserved: BTreeMap<String, String>,
     /// Signal → threshold. Absent: the kubelet default (`memory.available: 100Mi`).
+    #[serde(deserialize_with = "scalar::opt_map")]
     pub eviction_hard: Option<BTreeMap<String, String>>,
     /// With `true`, signals missing from `evictionHard` keep their defaults.
     pub merge_default_eviction_settings: Option<bool>,
@@ -51,6 +56,7 @@ pub struct KubeletConfiguration {
     pub topology_manager_policy: Option<String>,
     /// `container` (default) or `pod`.
     pub topology_manager_scope: Option<String>,
+    #[serde(deserialize_with = "scalar::map")]
     pub topology_manager_policy_options: BTreeMap<String, String>,
 }
 
@@ -60,6 +66,7 @@ pub struct KubeletConfiguration {
 pub struct MemoryReservation {
     pub numa_node: i32,
     /// `memory` and `hugepages-<size>` → quantity.
+    #[serde(deserialize_with = "scalar::map")]
     pub limits: BTreeMap<String, String>,
 }
 
