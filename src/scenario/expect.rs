@@ -26,7 +26,7 @@ impl fmt::Display for Mismatch {
     }
 }
 
-/// All differences, in the block's order; empty when the report satisfies the block.
+/// All differences (object keys sorted, list entries in the block's order); empty when the report satisfies the block.
 pub fn check(expect: &Value, report: &Value) -> Vec<Mismatch> {
     let mut out = Vec::new();
     compare("", expect, report, &mut out);
@@ -123,13 +123,14 @@ mod tests {
         let got: Vec<String> = check(&expect, &report()).iter().map(ToString::to_string).collect();
         assert_eq!(
             got,
+            // Object keys come in sorted order (serde_json maps), list entries in block order.
             [
+                "node.sharedCPUs: expected [1], got \"0-1\"",
                 "pods[a].containers[c1].cpus: expected \"3\", got \"2\"",
                 "pods[a].containers[c9]: expected {\"name\":\"c9\"}, missing",
-                "pods[b].reason: expected \"SMTAlignmentError\", got \"TopologyAffinityError\"",
                 "pods[b].message: expected \"x\", missing",
+                "pods[b].reason: expected \"SMTAlignmentError\", got \"TopologyAffinityError\"",
                 "pods[zz]: expected {\"admitted\":true,\"name\":\"zz\"}, missing",
-                "node.sharedCPUs: expected [1], got \"0-1\"",
             ]
         );
     }

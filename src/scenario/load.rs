@@ -51,9 +51,15 @@ pub(super) fn from_str(text: &str, origin: &str, dir: &Path) -> Result<Scenario,
         steps.extend(l.admissions(&format!("pods[{i}]"), p)?);
     }
     for (i, s) in raw.steps.iter().enumerate() {
-        match s {
-            RawStep::Admit(p) => steps.extend(l.admissions(&format!("steps[{i}].admit"), p)?),
-            RawStep::Remove(r) => steps.push(removal(&format!("steps[{i}].remove"), r)),
+        match (&s.admit, &s.remove) {
+            (Some(p), None) => steps.extend(l.admissions(&format!("steps[{i}].admit"), p)?),
+            (None, Some(r)) => steps.push(removal(&format!("steps[{i}].remove"), r)),
+            _ => {
+                return Err(l.invalid(
+                    &format!("steps[{i}]"),
+                    "needs exactly one of admit or remove",
+                ))
+            }
         }
     }
     Ok(Scenario {

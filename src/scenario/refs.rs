@@ -42,12 +42,12 @@ pub(super) struct RemoveSpec {
     pub(super) container: Option<String>,
 }
 
-/// One `steps` entry.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) enum RawStep {
-    Admit(StrOr<Box<crate::k8s::Pod>>),
-    Remove(StrOr<RemoveSpec>),
+/// One `steps` entry: a mapping with exactly one of `admit` or `remove`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStep {
+    pub(super) admit: Option<StrOr<Box<crate::k8s::Pod>>>,
+    pub(super) remove: Option<StrOr<RemoveSpec>>,
 }
 
 #[cfg(test)]
@@ -72,10 +72,10 @@ mod tests {
     fn steps_are_single_key_mappings() {
         let v: Vec<RawStep> =
             serde_yaml_ng::from_str("- remove: a\n- admit: pod.yaml\n").unwrap();
-        assert!(matches!(&v[0], RawStep::Remove(StrOr::Str(s)) if s == "a"));
-        assert!(matches!(&v[1], RawStep::Admit(StrOr::Str(s)) if s == "pod.yaml"));
+        assert_eq!(v[0].remove, Some(StrOr::Str("a".into())));
+        assert_eq!(v[1].admit, Some(StrOr::Str("pod.yaml".into())));
         let e = serde_yaml_ng::from_str::<Vec<RawStep>>("- evict: a\n").unwrap_err();
-        assert!(e.to_string().contains("unknown variant `evict`"), "{e}");
+        assert!(e.to_string().contains("unknown field `evict`"), "{e}");
     }
 
     #[test]
