@@ -47,7 +47,9 @@ pub enum CpuError {
     AlignBySocketHardware,
     #[error("default cpuset cannot be empty")]
     EmptyDefaultSet,
-    #[error("some of strictly reserved cpus: {reserved:?} are present in defaultCpuSet: {default:?}")]
+    #[error(
+        "some of strictly reserved cpus: {reserved:?} are present in defaultCpuSet: {default:?}"
+    )]
     StrictReservedInDefault { reserved: String, default: String },
     #[error("not all reserved cpus: {reserved:?} are present in defaultCpuSet: {default:?}")]
     ReservedNotInDefault { reserved: String, default: String },
@@ -73,10 +75,30 @@ pub fn validate_options(
     const CORES: &str = "distribute-cpus-across-cores";
     const UNCORE: &str = "prefer-align-cpus-by-uncorecache";
     let pairs = [
-        (opts.full_pcpus_only, opts.distribute_cpus_across_cores, FULL, CORES),
-        (opts.distribute_cpus_across_numa, opts.distribute_cpus_across_cores, NUMA, CORES),
-        (opts.prefer_align_cpus_by_uncore_cache, opts.distribute_cpus_across_cores, UNCORE, CORES),
-        (opts.prefer_align_cpus_by_uncore_cache, opts.distribute_cpus_across_numa, UNCORE, NUMA),
+        (
+            opts.full_pcpus_only,
+            opts.distribute_cpus_across_cores,
+            FULL,
+            CORES,
+        ),
+        (
+            opts.distribute_cpus_across_numa,
+            opts.distribute_cpus_across_cores,
+            NUMA,
+            CORES,
+        ),
+        (
+            opts.prefer_align_cpus_by_uncore_cache,
+            opts.distribute_cpus_across_cores,
+            UNCORE,
+            CORES,
+        ),
+        (
+            opts.prefer_align_cpus_by_uncore_cache,
+            opts.distribute_cpus_across_numa,
+            UNCORE,
+            NUMA,
+        ),
     ];
     if let Some(&(_, _, a, b)) = pairs.iter().find(|(x, y, _, _)| *x && *y) {
         return Err(CpuError::IncompatibleOptions(a, b));

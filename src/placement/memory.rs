@@ -6,7 +6,7 @@
 
 mod alloc;
 mod hints;
-pub(crate) mod qos;
+mod qos;
 mod table;
 
 use std::collections::BTreeMap;
@@ -253,7 +253,7 @@ pub fn hugepage_resource_name(size: u64) -> String {
     ];
     for (suffix, shift) in SUFFIXES {
         let unit = 1u64 << shift;
-        if size >= unit && size % unit == 0 {
+        if size >= unit && size.is_multiple_of(unit) {
             return format!("hugepages-{}{suffix}", size / unit);
         }
     }

@@ -4,16 +4,17 @@
 //!
 //! It never does I/O and never talks CRI: the shell asks it and carries the answers out.
 
-mod cpu;
+mod cpus;
 mod placement;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use placement::{ContainerPlacement, CpuQuota, Isolation, PodPlacement};
 
-use self::cpu::{CpuBackend, CpuState};
+use self::cpus::CpuBackend;
 use super::config::{Config, TopologyPolicy, TopologyScope};
-use super::memory::{qos, Block, MemoryError, MemoryManager, MemoryState};
+use super::cpu::{CpuError, CpuState};
+use super::memory::{Block, MemoryError, MemoryManager, MemoryState};
 use super::topology_manager::{TopologyManager, TopologyManagerError};
 use super::{AdmissionError, ContainerSpec, HintProvider, NumaMask, PodSpec, TopologyHint};
 use crate::cpuset::CpuSet;
@@ -24,10 +25,10 @@ use crate::topology::Topology;
 pub enum NodeError {
     #[error("reservedSystemCPUs: {reserved} is not inside the machine's CPUs {machine}")]
     ReservedOutsideMachine { reserved: CpuSet, machine: CpuSet },
-    #[error("unavailable CPUs {cpus} are not inside the machine's CPUs {machine}")]
-    UnavailableOutsideMachine { cpus: CpuSet, machine: CpuSet },
-    #[error("cpuManagerPolicy: {0}")]
-    Cpu(String),
+    #[error("unavailable CPUs {cpus} are not all free non-reserved CPUs ({free})")]
+    UnavailableNotFree { cpus: CpuSet, free: CpuSet },
+    #[error(transparent)]
+    Cpu(#[from] CpuError),
     #[error("reservedMemory: {0}")]
     Memory(#[from] MemoryError),
     #[error("topologyManagerPolicyOptions: {0}")]
@@ -79,7 +80,7 @@ pub struct NodeSnapshot {
 }
 
 /// The machine's resource managers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Node {
     topology: Topology,
     config: Config,
@@ -193,7 +194,7 @@ impl Node {
                 for c in containers(pod) {
                     stored.insert(c.name.clone(), hint.into());
                 }
-                if qos::plrm(pod, self.config.gates) {
+                if super::qos::pod_level_managed(pod, &self.config.gates) {
                     self.cpu.allocate_pod(pod, &hint)?;
                     self.memory.allocate_pod(pod, &hint)?;
                 } else {
@@ -280,6 +281,11 @@ impl Node {
         self.cpu.shared()
     }
 
+    /// CPUs marked with [`Node::mark_unavailable`].
+    pub fn unavailable_cpus(&self) -> CpuSet {
+        self.cpu.unavailable()
+    }
+
     pub fn reserved_cpus(&self) -> CpuSet {
         self.cpu.reserved()
     }
@@ -325,5 +331,7 @@ fn containers(pod: &PodSpec) -> impl Iterator<Item = &ContainerSpec> {
     pod.init_containers.iter().chain(&pod.containers)
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

@@ -39,7 +39,9 @@ pub fn is_pod_level_resources_set(pod: &PodSpec) -> bool {
 
 /// Pod-level resources are in effect for the resource managers (both gates on and set).
 pub fn pod_level_managed(pod: &PodSpec, gates: &FeatureGates) -> bool {
-    gates.pod_level_resources && gates.pod_level_resource_managers && is_pod_level_resources_set(pod)
+    gates.pod_level_resources
+        && gates.pod_level_resource_managers
+        && is_pod_level_resources_set(pod)
 }
 
 /// `v1qos.GetPodQOS`: from pod-level values when `PodLevelResources` is on and they are set,
@@ -105,7 +107,11 @@ pub fn is_container_equivalent_guaranteed(c: &ContainerSpec) -> bool {
 /// `resourcesQualifyForExclusiveCPUs`: equivalent-Guaranteed with a whole-CPU limit.
 pub fn qualifies_for_exclusive_cpus(c: &ContainerSpec) -> bool {
     is_container_equivalent_guaranteed(c)
-        && c.resources.limits.cpu_milli.unwrap_or(0) % 1000 == 0
+        && c.resources
+            .limits
+            .cpu_milli
+            .unwrap_or(0)
+            .is_multiple_of(1000)
 }
 
 #[cfg(test)]
@@ -148,18 +154,27 @@ mod tests {
     fn qos_from_containers_and_pod_level() {
         let g = FeatureGates::default();
         let gib = Some(1 << 30);
-        assert_eq!(pod_qos(&pod(None, vec![res(Some(1000), gib)]), &g), PodQos::Guaranteed);
+        assert_eq!(
+            pod_qos(&pod(None, vec![res(Some(1000), gib)]), &g),
+            PodQos::Guaranteed
+        );
         assert_eq!(
             pod_qos(&pod(None, vec![res(Some(1000), gib), res(None, None)]), &g),
             PodQos::Burstable
         );
-        assert_eq!(pod_qos(&pod(None, vec![res(None, None)]), &g), PodQos::BestEffort);
+        assert_eq!(
+            pod_qos(&pod(None, vec![res(None, None)]), &g),
+            PodQos::BestEffort
+        );
         // Pod-level values decide alone.
         let p = pod(Some(res(Some(2000), gib)), vec![res(None, None)]);
         assert_eq!(pod_qos(&p, &g), PodQos::Guaranteed);
         let mut half = res(Some(2000), gib);
         half.limits.cpu_milli = Some(3000);
-        assert_eq!(pod_qos(&pod(Some(half), vec![res(Some(1000), gib)]), &g), PodQos::Burstable);
+        assert_eq!(
+            pod_qos(&pod(Some(half), vec![res(Some(1000), gib)]), &g),
+            PodQos::Burstable
+        );
         // Without the gate the containers decide.
         let off = FeatureGates {
             pod_level_resources: false,
@@ -179,7 +194,10 @@ mod tests {
         assert!(is_container_equivalent_guaranteed(&c(res(Some(1500), gib))));
         assert!(!qualifies_for_exclusive_cpus(&c(res(Some(1500), gib))));
         assert!(qualifies_for_exclusive_cpus(&c(res(Some(2000), gib))));
-        assert!(!is_container_equivalent_guaranteed(&c(res(Some(1000), None))));
+        assert!(!is_container_equivalent_guaranteed(&c(res(
+            Some(1000),
+            None
+        ))));
         assert!(!is_container_equivalent_guaranteed(&c(res(None, gib))));
     }
 }

@@ -210,7 +210,7 @@ impl<'a> Accumulator<'a> {
         let cores_needed = needed.div_ceil(per_core);
         let cores = self.free.cores_needed_in_uncore_cache(cores_needed, uncore);
         let mut cpus = self.free.cpus_in_cores(&cores.to_vec());
-        if needed % 2 != 0 && self.topo.cpus_per_core() > 1 && cpus.len() > needed {
+        if !needed.is_multiple_of(2) && self.topo.cpus_per_core() > 1 && cpus.len() > needed {
             if let Some(last) = cpus.iter().last() {
                 cpus.remove(last);
             }
@@ -222,11 +222,7 @@ impl<'a> Accumulator<'a> {
 
     fn take_uncore_caches(&mut self) {
         for uncore in self.sort_uncore_caches() {
-            let size = self
-                .topo
-                .details()
-                .cpus_in_uncore_caches(&[uncore])
-                .len();
+            let size = self.topo.details().cpus_in_uncore_caches(&[uncore]).len();
             if self.needs_at_least(size) {
                 let ids = self.free_uncore_caches();
                 self.take_full(ids, CpuDetails::cpus_in_uncore_caches);

@@ -21,7 +21,7 @@ pub fn take_distributed(
     align_by_socket: bool,
 ) -> Result<CpuSet, CpuError> {
     let group = group.max(1);
-    if n % group != 0 {
+    if !n.is_multiple_of(group) {
         return take_packed(topo, available, n, strategy, false);
     }
     let mut acc = Accumulator::new(topo, available, n, strategy);
@@ -286,7 +286,10 @@ mod tests {
 
     #[test]
     fn standard_deviation_rounds_like_kubelet() {
-        assert_eq!(standard_deviation([2isize, 4, 4, 4, 5, 5, 7, 9].into_iter()), 2.0);
+        assert_eq!(
+            standard_deviation([2isize, 4, 4, 4, 5, 5, 7, 9].into_iter()),
+            2.0
+        );
         assert_eq!(standard_deviation([1isize, 2].into_iter()), 0.5);
         assert_eq!(standard_deviation([0isize, 0, 1].into_iter()), 0.471);
     }

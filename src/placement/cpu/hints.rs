@@ -4,6 +4,7 @@
 //! number of sockets).
 
 use super::manager::CpuManager;
+use super::pod::Restore;
 use crate::cpuset::CpuSet;
 use crate::placement::hint::NumaMask;
 use crate::placement::pod::{ContainerSpec, PodSpec};
@@ -36,7 +37,11 @@ impl CpuManager {
             }
             return one(self.generate_hints(&allocated, &CpuSet::new(), requested));
         }
-        let reusable = self.cpus_to_reuse.get(&pod.uid).cloned().unwrap_or_default();
+        let reusable = self
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
         one(self.generate_hints(&self.available(), &reusable, requested))
     }
 
@@ -54,6 +59,23 @@ impl CpuManager {
             && self.validate_pod_scope_resources(pod).is_err()
         {
             return one(vec![]);
+        }
+        if qos::pod_level_managed(pod, &self.gates) {
+            match self.restorable_bubble(pod) {
+                Restore::Held(bubble) if bubble.len() != requested => return one(vec![]),
+                Restore::Held(bubble) => {
+                    return one(self.generate_hints(&bubble, &CpuSet::new(), requested))
+                }
+                Restore::Stale { release: true } => {
+                    let bubble = self.pod_cpus(&pod.uid).cloned().unwrap_or_default();
+                    let available = self.available().union(&bubble.difference(&self.reserved));
+                    return one(self.generate_hints(&available, &CpuSet::new(), requested));
+                }
+                Restore::Stale { release: false } => {
+                    return one(self.generate_hints(&self.available(), &CpuSet::new(), requested))
+                }
+                Restore::None => {}
+            }
         }
         let mut assigned = CpuSet::new();
         for c in pod.init_containers.iter().chain(&pod.containers) {
@@ -108,9 +130,9 @@ impl CpuManager {
         }
         for h in &mut hints {
             let Some(mask) = h.affinity else { continue };
-            if self.options.align_by_socket && self.is_socket_aligned(mask, min_size) {
-                h.preferred = true;
-            } else if mask.count() as usize == min_size {
+            let socket_aligned =
+                self.options.align_by_socket && self.is_socket_aligned(mask, min_size);
+            if socket_aligned || mask.count() as usize == min_size {
                 h.preferred = true;
             }
         }

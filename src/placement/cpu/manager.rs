@@ -178,7 +178,7 @@ impl CpuManager {
             return Ok(());
         }
         let per_core = self.topo.cpus_per_core();
-        if per_core == 0 || n % per_core != 0 {
+        if per_core == 0 || !n.is_multiple_of(per_core) {
             return Err(AdmissionError::SmtAlignment {
                 requested_cpus: n,
                 cpus_per_core: per_core,
@@ -270,18 +270,26 @@ impl CpuManager {
             return Ok(());
         }
         self.enforce_smt_alignment(n)?;
-        let reusable = self.cpus_to_reuse.get(&pod.uid).cloned().unwrap_or_default();
+        let reusable = self
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
         let cpus = self
             .allocate_cpus(n, hint.affinity, &reusable)
             .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
         debug!(pod = %pod.uid, container = %container.name, cpus = %cpus, "allocated exclusive cpus");
-        self.state.entries.entry(pod.uid.clone()).or_default().insert(
-            container.name.clone(),
-            ContainerAssignment {
-                cpus: cpus.clone(),
-                isolation: IsolationLevel::Container,
-            },
-        );
+        self.state
+            .entries
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(
+                container.name.clone(),
+                ContainerAssignment {
+                    cpus: cpus.clone(),
+                    isolation: IsolationLevel::Container,
+                },
+            );
         self.update_cpus_to_reuse(pod, container, &cpus);
         Ok(())
     }

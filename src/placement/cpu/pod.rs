@@ -87,9 +87,11 @@ impl CpuManager {
         Ok(())
     }
 
-    /// kubelet's `AllocatePod`. All-or-nothing here (kubelet could leave a bubble behind if a
-    /// partition step failed; it cannot fail after validation). A pod that already has a bubble
-    /// (restored state) is left as it is: nothing is re-allocated.
+    /// kubelet's `AllocatePod`, with the restore path of kubernetes#141041: a pod whose bubble is
+    /// already in the state keeps it and every recorded assignment; only missing assignments
+    /// (a spec-order prefix is recorded) are carved out of it. A stale bubble (overlapping the
+    /// shared pool, or with assignments that are not a prefix) is dropped and the pod allocated
+    /// from scratch. All-or-nothing: a failure leaves the pod holding nothing.
     pub(crate) fn allocate_whole_pod(
         &mut self,
         pod: &PodSpec,
@@ -99,17 +101,39 @@ impl CpuManager {
             return Ok(());
         }
         let total = self.pod_guaranteed_cpus(pod);
-        if total == 0 || self.state.pod_entries.contains_key(&pod.uid) {
+        if total == 0 {
             return Ok(());
+        }
+        let unexpected = |e: super::CpuError| AdmissionError::Unexpected(e.to_string());
+        match self.restorable_bubble(pod) {
+            Restore::Held(bubble) => {
+                let restored = self
+                    .state
+                    .entries
+                    .get(&pod.uid)
+                    .cloned()
+                    .unwrap_or_default();
+                return match self.partition(pod, &bubble, &restored) {
+                    Ok(assignments) => {
+                        self.state.entries.insert(pod.uid.clone(), assignments);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.release_pod(&pod.uid, true);
+                        Err(unexpected(e))
+                    }
+                };
+            }
+            Restore::Stale { release } => self.release_pod(&pod.uid, release),
+            Restore::None => {}
         }
         self.validate_pod_scope_resources(pod)?;
         self.enforce_smt_alignment(total)?;
-        let unexpected = |e: super::CpuError| AdmissionError::Unexpected(e.to_string());
         let saved_default = self.state.default_cpu_set.clone();
         let bubble = self
             .allocate_cpus(total, hint.affinity, &CpuSet::new())
             .map_err(unexpected)?;
-        match self.partition(pod, &bubble) {
+        match self.partition(pod, &bubble, &BTreeMap::new()) {
             Ok(assignments) => {
                 debug!(pod = %pod.uid, cpus = %bubble, "allocated pod cpus");
                 self.state.pod_entries.insert(pod.uid.clone(), bubble);
@@ -123,11 +147,47 @@ impl CpuManager {
         }
     }
 
-    /// Step 5 of `AllocatePod`: exclusive slices and the pod shared pool, for every container.
+    /// What the state already holds for this pod's bubble.
+    pub(crate) fn restorable_bubble(&self, pod: &PodSpec) -> Restore {
+        let Some(bubble) = self.state.pod_entries.get(&pod.uid) else {
+            return Restore::None;
+        };
+        if !bubble.is_disjoint(&self.state.default_cpu_set) {
+            return Restore::Stale { release: false };
+        }
+        let recorded = self.state.entries.get(&pod.uid);
+        let names: Vec<&str> = pod
+            .init_containers
+            .iter()
+            .chain(&pod.containers)
+            .map(|c| c.name.as_str())
+            .collect();
+        let has = |name: &str| recorded.is_some_and(|r| r.contains_key(name));
+        let prefix = names.iter().take_while(|n| has(n)).count();
+        let known = recorded.map_or(0, |r| r.len());
+        if prefix != known {
+            return Restore::Stale { release: true };
+        }
+        Restore::Held(bubble.clone())
+    }
+
+    /// Drops the pod's bubble and assignments; `release` returns the bubble to the shared pool.
+    fn release_pod(&mut self, pod_uid: &str, release: bool) {
+        if let Some(bubble) = self.state.pod_entries.remove(pod_uid) {
+            if release {
+                self.state.default_cpu_set = self.state.default_cpu_set.union(&bubble);
+            }
+        }
+        self.state.entries.remove(pod_uid);
+    }
+
+    /// Step 5 of `AllocatePod`: exclusive slices and the pod shared pool, for every container;
+    /// `restored` assignments are kept as they are and take part in the accounting.
     fn partition(
         &self,
         pod: &PodSpec,
         bubble: &CpuSet,
+        restored: &BTreeMap<String, ContainerAssignment>,
     ) -> Result<BTreeMap<String, ContainerAssignment>, super::CpuError> {
         let exclusive = |cpus| ContainerAssignment {
             cpus,
@@ -138,35 +198,57 @@ impl CpuManager {
         for c in &pod.init_containers {
             let n = self.guaranteed_cpus(pod, c);
             if n > 0 {
-                let cpus = self.take_by_topology(&bubble.difference(&sidecars), n)?;
-                if c.role == ContainerRole::Sidecar {
-                    sidecars = sidecars.union(&cpus);
-                }
-                out.insert(c.name.clone(), exclusive(cpus));
-            } else if c.role != ContainerRole::Sidecar {
-                let pool = ContainerAssignment {
-                    cpus: bubble.difference(&sidecars),
-                    isolation: IsolationLevel::Pod,
+                let a = match restored.get(&c.name) {
+                    Some(a) => a.clone(),
+                    None => exclusive(self.take_by_topology(&bubble.difference(&sidecars), n)?),
                 };
-                out.insert(c.name.clone(), pool);
+                if c.role == ContainerRole::Sidecar {
+                    sidecars = sidecars.union(&a.cpus);
+                }
+                out.insert(c.name.clone(), a);
+            } else if c.role != ContainerRole::Sidecar {
+                let a = restored
+                    .get(&c.name)
+                    .cloned()
+                    .unwrap_or(ContainerAssignment {
+                        cpus: bubble.difference(&sidecars),
+                        isolation: IsolationLevel::Pod,
+                    });
+                out.insert(c.name.clone(), a);
             }
         }
         let mut pool = bubble.difference(&sidecars);
         for c in &pod.containers {
             let n = self.guaranteed_cpus(pod, c);
             if n > 0 {
-                let cpus = self.take_by_topology(&pool, n)?;
-                pool = pool.difference(&cpus);
-                out.insert(c.name.clone(), exclusive(cpus));
+                let a = match restored.get(&c.name) {
+                    Some(a) => a.clone(),
+                    None => exclusive(self.take_by_topology(&pool, n)?),
+                };
+                pool = pool.difference(&a.cpus);
+                out.insert(c.name.clone(), a);
             }
         }
         for c in pod.init_containers.iter().chain(&pod.containers) {
-            out.entry(c.name.clone())
-                .or_insert_with(|| ContainerAssignment {
+            let a = restored
+                .get(&c.name)
+                .cloned()
+                .unwrap_or(ContainerAssignment {
                     cpus: pool.clone(),
                     isolation: IsolationLevel::Pod,
                 });
+            out.entry(c.name.clone()).or_insert(a);
         }
         Ok(out)
     }
+}
+
+/// The state's view of a pod bubble at (re-)admission.
+pub(crate) enum Restore {
+    /// No bubble recorded.
+    None,
+    /// A consistent bubble to keep.
+    Held(CpuSet),
+    /// Leftovers to drop; `release` = its CPUs are not yet back in the shared pool.
+    Stale { release: bool },
 }

@@ -3,7 +3,9 @@
 //! tests (`props`). `fixtures` loads the shared topology JSON (test-only, deliberately tiny).
 
 mod fixtures;
+mod plrm;
 mod policy;
 mod props;
+mod restore;
 mod take;
 mod vectors;

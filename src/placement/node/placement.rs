@@ -3,7 +3,8 @@
 
 use super::Node;
 use crate::cpuset::CpuSet;
-use crate::placement::memory::{qos, Block};
+use crate::placement::memory::Block;
+use crate::placement::qos::IsolationLevel;
 use crate::placement::{ContainerRole, ContainerSpec, NumaMask, PodSpec, TopologyHint};
 
 /// kubelet `ResourceIsolationLevel`.
@@ -79,18 +80,10 @@ pub(super) fn container_placement(
     hint: Option<TopologyHint>,
 ) -> ContainerPlacement {
     let explicit = node.cpu.container_cpus(&pod.uid, &c.name);
-    let isolation = match &explicit {
-        None => Isolation::Host,
-        Some(_) if qos::plrm(pod, node.config.gates) && !exclusive_eligible(c) => Isolation::Pod,
-        Some(set)
-            if node
-                .cpu
-                .pod_cpus(&pod.uid)
-                .is_some_and(|p| is_pool(node, pod, c, set, &p)) =>
-        {
-            Isolation::Pod
-        }
-        Some(_) => Isolation::Container,
+    let isolation = match node.cpu.isolation(pod, c) {
+        IsolationLevel::Host => Isolation::Host,
+        IsolationLevel::Pod => Isolation::Pod,
+        IsolationLevel::Container => Isolation::Container,
     };
     let exclusive = isolation == Isolation::Container;
     ContainerPlacement {
@@ -112,25 +105,6 @@ pub(super) fn container_placement(
             .unwrap_or_default(),
         hint,
     }
-}
-
-/// An eligible container of a PLRM pod whose CPU request is not whole still runs on the pod pool.
-fn is_pool(
-    _node: &Node,
-    _pod: &PodSpec,
-    c: &ContainerSpec,
-    _set: &CpuSet,
-    _bubble: &CpuSet,
-) -> bool {
-    c.resources
-        .requests
-        .cpu_milli
-        .is_none_or(|m| m == 0 || m % 1000 != 0)
-}
-
-/// Eligible for an exclusive slice inside a PLRM pod.
-fn exclusive_eligible(c: &ContainerSpec) -> bool {
-    qos::container_equivalent_guaranteed(c)
 }
 
 pub(super) fn pod_placement(

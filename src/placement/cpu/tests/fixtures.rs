@@ -31,17 +31,87 @@ pub(super) const HEADERS: &[(&str, usize, usize, usize, usize, usize)] = &[
     ("topoDualSocketMultiNumaPerSocketHTType2", 80, 40, 2, 4, 0),
     ("fakeTopoMultiSocketDualSocketPerNumaHT", 80, 40, 4, 2, 0),
     ("topoDualSocketMultiNumaPerSocketHTLarge", 256, 128, 2, 8, 0),
-    ("topoDualSocketSingleNumaPerSocketSMTUncore", 384, 192, 2, 2, 24),
-    ("topoSingleSocketSingleNumaPerSocketSMTSmallUncore", 128, 64, 1, 1, 16),
-    ("topoSingleSocketSingleNumaPerSocketNoSMTSmallUncore", 128, 64, 1, 1, 16),
-    ("topoSmallDualSocketSingleNumaPerSocketNoSMTUncore", 64, 64, 2, 2, 8),
-    ("topoSmallSingleSocketSingleNumaPerSocketNoSMTUncore", 32, 32, 1, 1, 4),
-    ("topoLargeSingleSocketSingleNumaPerSocketSMTUncore", 256, 128, 1, 1, 16),
+    (
+        "topoDualSocketSingleNumaPerSocketSMTUncore",
+        384,
+        192,
+        2,
+        2,
+        24,
+    ),
+    (
+        "topoSingleSocketSingleNumaPerSocketSMTSmallUncore",
+        128,
+        64,
+        1,
+        1,
+        16,
+    ),
+    (
+        "topoSingleSocketSingleNumaPerSocketNoSMTSmallUncore",
+        128,
+        64,
+        1,
+        1,
+        16,
+    ),
+    (
+        "topoSmallDualSocketSingleNumaPerSocketNoSMTUncore",
+        64,
+        64,
+        2,
+        2,
+        8,
+    ),
+    (
+        "topoSmallSingleSocketSingleNumaPerSocketNoSMTUncore",
+        32,
+        32,
+        1,
+        1,
+        4,
+    ),
+    (
+        "topoLargeSingleSocketSingleNumaPerSocketSMTUncore",
+        256,
+        128,
+        1,
+        1,
+        16,
+    ),
     ("topoDualSocketMultiNumaPerSocketUncore", 192, 192, 2, 4, 24),
-    ("topoDualSocketSubNumaPerSocketHTMonolithicUncore", 240, 120, 2, 4, 2),
-    ("topoSingleSocketSingleNumaPerSocketPCoreHTMonolithicUncore", 24, 16, 1, 1, 1),
-    ("topoSingleSocketSingleNumaPerSocketPCoreHTECoreST", 28, 20, 1, 1, 0),
-    ("topoLargeSingleSocketSingleNumaPerSocketUncore", 128, 128, 1, 1, 16),
+    (
+        "topoDualSocketSubNumaPerSocketHTMonolithicUncore",
+        240,
+        120,
+        2,
+        4,
+        2,
+    ),
+    (
+        "topoSingleSocketSingleNumaPerSocketPCoreHTMonolithicUncore",
+        24,
+        16,
+        1,
+        1,
+        1,
+    ),
+    (
+        "topoSingleSocketSingleNumaPerSocketPCoreHTECoreST",
+        28,
+        20,
+        1,
+        1,
+        0,
+    ),
+    (
+        "topoLargeSingleSocketSingleNumaPerSocketUncore",
+        128,
+        128,
+        1,
+        1,
+        16,
+    ),
     ("topoSingleSocketSingleNumaPerSocketUncore", 64, 64, 1, 1, 1),
 ];
 
@@ -85,7 +155,11 @@ fn derived_counts_match_headers_except_documented_anomalies() {
             assert_ne!((c.num_cpus, c.num_cores), (cpus, cores), "{name}");
             continue;
         }
-        assert_eq!((c.num_cpus, c.num_cores, c.num_sockets), (cpus, cores, sockets), "{name}");
+        assert_eq!(
+            (c.num_cpus, c.num_cores, c.num_sockets),
+            (cpus, cores, sockets),
+            "{name}"
+        );
         if numa != 0 {
             assert_eq!(c.num_numa_nodes, numa, "{name}");
         }

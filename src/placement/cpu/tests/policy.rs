@@ -33,7 +33,12 @@ pub(super) fn ctr(name: &str, role: ContainerRole, cpus: Option<u64>) -> Contain
     }
 }
 
-pub(super) fn pod(uid: &str, level: Option<u64>, init: Vec<ContainerSpec>, apps: Vec<ContainerSpec>) -> PodSpec {
+pub(super) fn pod(
+    uid: &str,
+    level: Option<u64>,
+    init: Vec<ContainerSpec>,
+    apps: Vec<ContainerSpec>,
+) -> PodSpec {
     PodSpec {
         uid: uid.into(),
         namespace: "ns".into(),
@@ -59,18 +64,25 @@ fn manager(topo: &str, reserved: ReservedCpus, options: CpuPolicyOptions) -> Cpu
 }
 
 fn any() -> TopologyHint {
-    TopologyHint { affinity: None, preferred: true }
+    TopologyHint {
+        affinity: None,
+        preferred: true,
+    }
 }
 
 fn exclusive(cpus: &str) -> ContainerAssignment {
-    ContainerAssignment { cpus: set(cpus), isolation: IsolationLevel::Container }
+    ContainerAssignment {
+        cpus: set(cpus),
+        isolation: IsolationLevel::Container,
+    }
 }
 
 #[test]
 fn reserved_cpus_the_kubelet_way() {
     let topo = kubelet_topo("topoDualSocketHT");
     let opts = CpuPolicyOptions::default();
-    let reserve = |milli| crate::placement::cpu::reserve_cpus(&topo, &opts, &ReservedCpus::Count { milli });
+    let reserve =
+        |milli| crate::placement::cpu::reserve_cpus(&topo, &opts, &ReservedCpus::Count { milli });
     assert_eq!(reserve(2000).unwrap().0, set("0,6"));
     assert_eq!(reserve(1000).unwrap(), (set("0"), set("0,6")));
     assert_eq!(reserve(1500).unwrap().0, set("0,6"));
@@ -79,17 +91,29 @@ fn reserved_cpus_the_kubelet_way() {
         reserve(13000).unwrap_err().to_string(),
         "[cpumanager] unable to reserve the required amount of CPUs (size of  did not equal 13)"
     );
-    let explicit = crate::placement::cpu::reserve_cpus(&topo, &opts, &ReservedCpus::Explicit(set("1,6")));
+    let explicit =
+        crate::placement::cpu::reserve_cpus(&topo, &opts, &ReservedCpus::Explicit(set("1,6")));
     assert_eq!(explicit.unwrap(), (set("1,6"), set("0,1,6,7")));
 }
 
 #[test]
 fn strict_reservation_removes_reserved_from_shared_pool() {
-    let opts = CpuPolicyOptions { strict_cpu_reservation: true, ..Default::default() };
-    let cm = manager("topoDualSocketHT", ReservedCpus::Count { milli: 2000 }, opts);
+    let opts = CpuPolicyOptions {
+        strict_cpu_reservation: true,
+        ..Default::default()
+    };
+    let cm = manager(
+        "topoDualSocketHT",
+        ReservedCpus::Count { milli: 2000 },
+        opts,
+    );
     assert_eq!(cm.shared_pool(), &set("1-5,7-11"));
     assert_eq!(cm.allocatable(), set("1-5,7-11"));
-    let cm = manager("topoDualSocketHT", ReservedCpus::Count { milli: 2000 }, CpuPolicyOptions::default());
+    let cm = manager(
+        "topoDualSocketHT",
+        ReservedCpus::Count { milli: 2000 },
+        CpuPolicyOptions::default(),
+    );
     assert_eq!(cm.shared_pool(), &set("0-11"));
     assert_eq!(cm.available(), set("1-5,7-11"));
 }
@@ -97,13 +121,24 @@ fn strict_reservation_removes_reserved_from_shared_pool() {
 #[test]
 fn incompatible_options_are_refused() {
     let topo = kubelet_topo("topoDualSocketHT");
-    let both = CpuPolicyOptions { full_pcpus_only: true, distribute_cpus_across_cores: true, ..Default::default() };
-    let err = CpuManager::with_topology(topo.clone(), &config(ReservedCpus::default(), both)).unwrap_err();
+    let both = CpuPolicyOptions {
+        full_pcpus_only: true,
+        distribute_cpus_across_cores: true,
+        ..Default::default()
+    };
+    let err = CpuManager::with_topology(topo.clone(), &config(ReservedCpus::default(), both))
+        .unwrap_err();
     assert_eq!(err.to_string(), "static policy options full-pcpus-only and distribute-cpus-across-cores can not be used at the same time");
-    let sock = CpuPolicyOptions { align_by_socket: true, ..Default::default() };
+    let sock = CpuPolicyOptions {
+        align_by_socket: true,
+        ..Default::default()
+    };
     let mut cfg = config(ReservedCpus::default(), sock);
     cfg.topology_policy = TopologyPolicy::SingleNumaNode;
-    assert_eq!(CpuManager::with_topology(topo.clone(), &cfg).unwrap_err(), CpuError::AlignBySocketSingleNuma);
+    assert_eq!(
+        CpuManager::with_topology(topo.clone(), &cfg).unwrap_err(),
+        CpuError::AlignBySocketSingleNuma
+    );
     let fake = kubelet_topo("fakeTopoMultiSocketDualSocketPerNumaHT");
     let err = CpuManager::with_topology(fake, &config(ReservedCpus::default(), sock)).unwrap_err();
     assert_eq!(err, CpuError::AlignBySocketHardware);
@@ -113,22 +148,47 @@ fn incompatible_options_are_refused() {
 #[test]
 fn align_by_socket_allocation() {
     for (align, want) in [(true, "2,11"), (false, "2,21")] {
-        let opts = CpuPolicyOptions { align_by_socket: align, ..Default::default() };
-        let mut cm = manager("topoDualSocketMultiNumaPerSocketHT", ReservedCpus::Count { milli: 1000 }, opts);
+        let opts = CpuPolicyOptions {
+            align_by_socket: align,
+            ..Default::default()
+        };
+        let mut cm = manager(
+            "topoDualSocketMultiNumaPerSocketHT",
+            ReservedCpus::Count { milli: 1000 },
+            opts,
+        );
         assert_eq!(cm.reserved(), &set("0"));
         cm.state.default_cpu_set = set("2,11,21,22");
-        let hint = TopologyHint { affinity: Some(NumaMask::from_ids([0, 2])), preferred: true };
-        let p = pod("p", None, vec![], vec![ctr("c", ContainerRole::App, Some(2))]);
+        let hint = TopologyHint {
+            affinity: Some(NumaMask::from_ids([0, 2])),
+            preferred: true,
+        };
+        let p = pod(
+            "p",
+            None,
+            vec![],
+            vec![ctr("c", ContainerRole::App, Some(2))],
+        );
         cm.allocate(&p, &p.containers[0], &hint).unwrap();
-        assert_eq!(cm.cpuset_or_default("p", "c"), set(want), "align-by-socket {align}");
+        assert_eq!(
+            cm.cpuset_or_default("p", "c"),
+            set(want),
+            "align-by-socket {align}"
+        );
     }
 }
 
 /// S16: TestTopologyAwareAllocateCPUs "Request 8 CPUs, BitMask on Socket 1".
 #[test]
 fn topology_aware_allocate_spills_after_aligned() {
-    let mut cm = manager("topoDualSocketHT", ReservedCpus::Count { milli: 0 }, CpuPolicyOptions::default());
-    let got = cm.allocate_cpus(8, Some(NumaMask::from_ids([1])), &CpuSet::new()).unwrap();
+    let mut cm = manager(
+        "topoDualSocketHT",
+        ReservedCpus::Count { milli: 0 },
+        CpuPolicyOptions::default(),
+    );
+    let got = cm
+        .allocate_cpus(8, Some(NumaMask::from_ids([1])), &CpuSet::new())
+        .unwrap();
     assert_eq!(got, set("0,1,3,5,6,7,9,11"));
     assert_eq!(cm.shared_pool(), &set("2,4,8,10"));
 }
@@ -137,8 +197,17 @@ fn topology_aware_allocate_spills_after_aligned() {
 #[test]
 fn init_container_cpus_are_reused_sidecar_cpus_are_not() {
     let none = ReservedCpus::Count { milli: 0 };
-    let mut cm = manager("topoSingleSocketHT", none.clone(), CpuPolicyOptions::default());
-    let p = pod("p", None, vec![ctr("init", ContainerRole::Init, Some(4))], vec![ctr("app", ContainerRole::App, Some(2))]);
+    let mut cm = manager(
+        "topoSingleSocketHT",
+        none.clone(),
+        CpuPolicyOptions::default(),
+    );
+    let p = pod(
+        "p",
+        None,
+        vec![ctr("init", ContainerRole::Init, Some(4))],
+        vec![ctr("app", ContainerRole::App, Some(2))],
+    );
     for c in p.init_containers.iter().chain(&p.containers) {
         cm.allocate(&p, c, &any()).unwrap();
     }
@@ -147,7 +216,12 @@ fn init_container_cpus_are_reused_sidecar_cpus_are_not() {
     assert_eq!(cm.shared_pool(), &set("1,2,3,5,6,7"));
 
     let mut cm = manager("topoSingleSocketHT", none, CpuPolicyOptions::default());
-    let p = pod("q", None, vec![ctr("side", ContainerRole::Sidecar, Some(4))], vec![ctr("app", ContainerRole::App, Some(2))]);
+    let p = pod(
+        "q",
+        None,
+        vec![ctr("side", ContainerRole::Sidecar, Some(4))],
+        vec![ctr("app", ContainerRole::App, Some(2))],
+    );
     for c in p.init_containers.iter().chain(&p.containers) {
         cm.allocate(&p, c, &any()).unwrap();
     }
@@ -157,7 +231,11 @@ fn init_container_cpus_are_reused_sidecar_cpus_are_not() {
 /// TestStaticPolicyRemove "SingleSocketHT, DeAllocTwoContainer".
 #[test]
 fn remove_returns_cpus_to_shared_pool() {
-    let mut cm = manager("topoSingleSocketHT", ReservedCpus::Count { milli: 0 }, CpuPolicyOptions::default());
+    let mut cm = manager(
+        "topoSingleSocketHT",
+        ReservedCpus::Count { milli: 0 },
+        CpuPolicyOptions::default(),
+    );
     cm.state.default_cpu_set = set("6,7");
     let e = cm.state.entries.entry("p".into()).or_default();
     e.insert("c1".into(), exclusive("1,3,5"));
@@ -173,33 +251,95 @@ fn remove_returns_cpus_to_shared_pool() {
 /// TestPodGuaranteedCPUs.
 #[test]
 fn pod_guaranteed_cpus_with_init_and_sidecars() {
-    let cm = manager("topoSingleSocketHT", ReservedCpus::Count { milli: 0 }, CpuPolicyOptions::default());
-    let (i, s, a) = (ContainerRole::Init, ContainerRole::Sidecar, ContainerRole::App);
-    let p = pod("p", None, vec![ctr("s", s, Some(10)), ctr("i", i, Some(200))], vec![ctr("a", a, Some(100))]);
+    let cm = manager(
+        "topoSingleSocketHT",
+        ReservedCpus::Count { milli: 0 },
+        CpuPolicyOptions::default(),
+    );
+    let (i, s, a) = (
+        ContainerRole::Init,
+        ContainerRole::Sidecar,
+        ContainerRole::App,
+    );
+    let p = pod(
+        "p",
+        None,
+        vec![ctr("s", s, Some(10)), ctr("i", i, Some(200))],
+        vec![ctr("a", a, Some(100))],
+    );
     assert_eq!(cm.pod_guaranteed_cpus(&p), 210);
-    let init = vec![ctr("i1", i, Some(5)), ctr("s1", s, Some(1)), ctr("s2", s, Some(2)), ctr("i2", i, Some(5)), ctr("s3", s, Some(3))];
-    assert_eq!(cm.pod_guaranteed_cpus(&pod("p", None, init, vec![ctr("a", a, Some(1))])), 8);
-    let init = vec![ctr("i1", i, Some(5)), ctr("s1", s, Some(1)), ctr("s2", s, Some(2)), ctr("s3", s, Some(3))];
-    assert_eq!(cm.pod_guaranteed_cpus(&pod("p", None, init, vec![ctr("a", a, Some(1))])), 7);
+    let init = vec![
+        ctr("i1", i, Some(5)),
+        ctr("s1", s, Some(1)),
+        ctr("s2", s, Some(2)),
+        ctr("i2", i, Some(5)),
+        ctr("s3", s, Some(3)),
+    ];
+    assert_eq!(
+        cm.pod_guaranteed_cpus(&pod("p", None, init, vec![ctr("a", a, Some(1))])),
+        8
+    );
+    let init = vec![
+        ctr("i1", i, Some(5)),
+        ctr("s1", s, Some(1)),
+        ctr("s2", s, Some(2)),
+        ctr("s3", s, Some(3)),
+    ];
+    assert_eq!(
+        cm.pod_guaranteed_cpus(&pod("p", None, init, vec![ctr("a", a, Some(1))])),
+        7
+    );
 }
 
 /// topology_hints_test "Request 2 CPUs, 4 available on NUMA 0, 6 available on NUMA 1".
 #[test]
 fn container_hints_prefer_narrowest() {
-    let numa = |id: u32| if [0, 1, 2, 6, 7, 8].contains(&id) { 0 } else { 1 };
+    let numa = |id: u32| {
+        if [0, 1, 2, 6, 7, 8].contains(&id) {
+            0
+        } else {
+            1
+        }
+    };
     let cpus = (0..12)
-        .map(|id| CpuInfo { id, core: id % 6, socket: numa(id), die: 0, numa: numa(id), uncore: 0 })
+        .map(|id| CpuInfo {
+            id,
+            core: id % 6,
+            socket: numa(id),
+            die: 0,
+            numa: numa(id),
+            uncore: 0,
+        })
         .collect();
     let topo = CpuTopology::new(&Topology { cpus, numa: vec![] });
-    let mut cm = CpuManager::with_topology(topo, &config(ReservedCpus::Count { milli: 0 }, Default::default())).unwrap();
+    let mut cm = CpuManager::with_topology(
+        topo,
+        &config(ReservedCpus::Count { milli: 0 }, Default::default()),
+    )
+    .unwrap();
     cm.state.default_cpu_set = set("2-11");
-    let p = pod("p", None, vec![], vec![ctr("c", ContainerRole::App, Some(2))]);
-    let hints = cm.container_hints(&p, &p.containers[0])["cpu"].clone().unwrap();
-    let got: Vec<(Vec<u32>, bool)> = hints.iter().map(|h| (h.affinity.unwrap().ids().collect(), h.preferred)).collect();
-    assert_eq!(got, vec![(vec![0], true), (vec![1], true), (vec![0, 1], false)]);
+    let p = pod(
+        "p",
+        None,
+        vec![],
+        vec![ctr("c", ContainerRole::App, Some(2))],
+    );
+    let hints = cm.container_hints(&p, &p.containers[0])["cpu"]
+        .clone()
+        .unwrap();
+    let got: Vec<(Vec<u32>, bool)> = hints
+        .iter()
+        .map(|h| (h.affinity.unwrap().ids().collect(), h.preferred))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(vec![0], true), (vec![1], true), (vec![0, 1], false)]
+    );
     // Shared-pool containers and non-Guaranteed pods give no preference.
     let shared = pod("q", None, vec![], vec![ctr("c", ContainerRole::App, None)]);
-    assert!(cm.container_hints(&shared, &shared.containers[0]).is_empty());
+    assert!(cm
+        .container_hints(&shared, &shared.containers[0])
+        .is_empty());
 }
 
 /// TestGetPodTopologyHintsWithPolicyOptions.
@@ -208,12 +348,30 @@ fn pod_hints_with_align_by_socket() {
     for (align, request, default, want_preferred, want_total) in [
         (false, 2, "2,3,11", vec![vec![0]], 8),
         (true, 2, "2,3,11", vec![vec![0], vec![0, 1]], 8),
-        (true, 41, "0-28,40-57", vec![vec![0, 1, 2], vec![0, 1, 2, 3]], 2),
+        (
+            true,
+            41,
+            "0-28,40-57",
+            vec![vec![0, 1, 2], vec![0, 1, 2, 3]],
+            2,
+        ),
     ] {
-        let opts = CpuPolicyOptions { align_by_socket: align, ..Default::default() };
-        let mut cm = manager("topoDualSocketMultiNumaPerSocketHT", ReservedCpus::Count { milli: 1000 }, opts);
+        let opts = CpuPolicyOptions {
+            align_by_socket: align,
+            ..Default::default()
+        };
+        let mut cm = manager(
+            "topoDualSocketMultiNumaPerSocketHT",
+            ReservedCpus::Count { milli: 1000 },
+            opts,
+        );
         cm.state.default_cpu_set = set(default);
-        let p = pod("p", None, vec![], vec![ctr("c", ContainerRole::App, Some(request))]);
+        let p = pod(
+            "p",
+            None,
+            vec![],
+            vec![ctr("c", ContainerRole::App, Some(request))],
+        );
         let hints = cm.pod_hints(&p)["cpu"].clone().unwrap();
         let preferred: Vec<Vec<u32>> = hints
             .iter()
@@ -225,41 +383,22 @@ fn pod_hints_with_align_by_socket() {
     }
 }
 
-/// TestValidatePodScopeResources.
-#[test]
-fn validate_pod_scope_resources() {
-    let cm = manager("topoSingleSocketHT", ReservedCpus::Count { milli: 1000 }, CpuPolicyOptions::default());
-    let (i, s, a) = (ContainerRole::Init, ContainerRole::Sidecar, ContainerRole::App);
-    let bad = pod("p", Some(5), vec![], vec![ctr("a", a, Some(3)), ctr("b", a, Some(2)), ctr("c", a, None)]);
-    assert!(cm.validate_pod_scope_resources(&bad).is_err());
-    let mut burstable = ctr("d", a, None);
-    burstable.resources.requests.cpu_milli = Some(500);
-    burstable.resources.limits.cpu_milli = Some(1000);
-    let ok = pod("p", Some(6), vec![], vec![ctr("a", a, Some(3)), ctr("b", a, Some(2)), burstable, ctr("e", a, None)]);
-    assert!(cm.validate_pod_scope_resources(&ok).is_ok());
-    let bad = pod("p", Some(2), vec![ctr("s", s, Some(2)), ctr("i", i, None)], vec![]);
-    assert_eq!(
-        cm.validate_pod_scope_resources(&bad).unwrap_err().to_string(),
-        "pod rejected, pod has shared init containers but no cpus available for them"
-    );
-    let ok = pod("p", Some(2), vec![ctr("i", i, None), ctr("s", s, Some(2))], vec![]);
-    assert!(cm.validate_pod_scope_resources(&ok).is_ok());
-    let bad = pod("p", Some(4), vec![ctr("s", s, Some(2)), ctr("i", i, Some(3))], vec![ctr("a", a, None)]);
-    assert_eq!(
-        cm.validate_pod_scope_resources(&bad).unwrap_err(),
-        AdmissionError::EmptyPodSharedPool {
-            message: "pod rejected, largest exclusive init container requests 3 cpus, but only 2 available".into()
-        }
-    );
-}
-
 /// KEP-5526 example: 5 CPUs, {3, none, none} → one slice of 3, the two others share the rest;
 /// slices stay in the bubble until the last container goes.
 #[test]
 fn pod_bubble_partition_and_release() {
-    let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &config(ReservedCpus::Explicit(set("0")), Default::default())).unwrap();
+    let mut cm = CpuManager::new(
+        &machine("topoDualSocketHT"),
+        &config(ReservedCpus::Explicit(set("0")), Default::default()),
+    )
+    .unwrap();
     let (s, a) = (ContainerRole::Sidecar, ContainerRole::App);
-    let p = pod("p", Some(5), vec![ctr("side", s, None)], vec![ctr("big", a, Some(3)), ctr("x", a, None)]);
+    let p = pod(
+        "p",
+        Some(5),
+        vec![ctr("side", s, None)],
+        vec![ctr("big", a, Some(3)), ctr("x", a, None)],
+    );
     cm.allocate_pod(&p, &any()).unwrap();
     let bubble = cm.pod_cpus("p").unwrap().clone();
     assert_eq!(bubble.len(), 5);
@@ -267,10 +406,27 @@ fn pod_bubble_partition_and_release() {
     assert_eq!((big.len(), big_level), (3, IsolationLevel::Container));
     let pool = bubble.difference(&big);
     for name in ["side", "x"] {
-        assert_eq!(cm.container_cpus("p", name), Some((pool.clone(), IsolationLevel::Pod)), "{name}");
-        assert_eq!(cm.isolation_level(&p, p.init_containers.iter().chain(&p.containers).find(|c| c.name == name).unwrap()), IsolationLevel::Pod);
+        assert_eq!(
+            cm.container_cpus("p", name),
+            Some((pool.clone(), IsolationLevel::Pod)),
+            "{name}"
+        );
+        assert_eq!(
+            cm.isolation_level(
+                &p,
+                p.init_containers
+                    .iter()
+                    .chain(&p.containers)
+                    .find(|c| c.name == name)
+                    .unwrap()
+            ),
+            IsolationLevel::Pod
+        );
     }
-    assert_eq!(cm.isolation_level(&p, &p.containers[0]), IsolationLevel::Container);
+    assert_eq!(
+        cm.isolation_level(&p, &p.containers[0]),
+        IsolationLevel::Container
+    );
     assert_eq!(cm.shared_pool(), &set("0-11").difference(&bubble));
     // Re-allocating (e.g. after a restore) changes nothing.
     let before = cm.snapshot();
@@ -288,7 +444,12 @@ fn pod_bubble_partition_and_release() {
 fn snapshot_restore_roundtrip_and_validation() {
     let cfg = config(ReservedCpus::Explicit(set("0,6")), Default::default());
     let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
-    let p = pod("p", None, vec![], vec![ctr("c", ContainerRole::App, Some(4))]);
+    let p = pod(
+        "p",
+        None,
+        vec![],
+        vec![ctr("c", ContainerRole::App, Some(4))],
+    );
     cm.allocate(&p, &p.containers[0], &any()).unwrap();
     let json = serde_json::to_string(&cm.snapshot()).unwrap();
     let mut fresh = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
@@ -306,7 +467,10 @@ fn snapshot_restore_roundtrip_and_validation() {
     );
     let mut bad = cm.snapshot();
     bad.default_cpu_set = bad.default_cpu_set.union(&set("12"));
-    assert!(matches!(fresh.restore(bad), Err(CpuError::StateMismatch { .. })));
+    assert!(matches!(
+        fresh.restore(bad),
+        Err(CpuError::StateMismatch { .. })
+    ));
     let mut bad = cm.snapshot();
     let held = bad.entries["p"]["c"].cpus.clone();
     bad.default_cpu_set = bad.default_cpu_set.union(&held);
@@ -315,9 +479,17 @@ fn snapshot_restore_roundtrip_and_validation() {
 
 #[test]
 fn none_policy_is_inert() {
-    let cfg = Config { cpu_policy: CpuPolicy::None, ..Config::default() };
+    let cfg = Config {
+        cpu_policy: CpuPolicy::None,
+        ..Config::default()
+    };
     let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
-    let p = pod("p", None, vec![], vec![ctr("c", ContainerRole::App, Some(2))]);
+    let p = pod(
+        "p",
+        None,
+        vec![],
+        vec![ctr("c", ContainerRole::App, Some(2))],
+    );
     assert!(cm.container_hints(&p, &p.containers[0]).is_empty());
     cm.allocate(&p, &p.containers[0], &any()).unwrap();
     assert_eq!(cm.shared_pool(), &set("0-11"));

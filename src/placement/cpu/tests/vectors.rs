@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use super::fixtures::{fixtures_dir, machine, set};
-use crate::placement::config::{Config, CpuPolicy, CpuPolicyOptions, ReservedCpus, TopologyPolicy, TopologyScope};
+use crate::placement::config::{
+    Config, CpuPolicy, CpuPolicyOptions, ReservedCpus, TopologyPolicy, TopologyScope,
+};
 use crate::placement::cpu::{ContainerAssignment, CpuManager, CpuState};
 use crate::placement::pod::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
 use crate::placement::qos::{self, IsolationLevel};
@@ -118,7 +120,9 @@ fn list(q: &Quantities) -> ResourceList {
 
 /// API defaulting: a limit without a request sets the request.
 fn resources(r: Option<&Res>) -> Resources {
-    let Some(r) = r else { return Resources::default() };
+    let Some(r) = r else {
+        return Resources::default();
+    };
     let limits = list(&r.limits);
     let mut requests = list(&r.requests);
     requests.cpu_milli = requests.cpu_milli.or(limits.cpu_milli);
@@ -143,15 +147,31 @@ fn pod_spec(p: &Pod) -> PodSpec {
             .iter()
             .map(|c| {
                 let sidecar = c.restart_policy.as_deref() == Some("Always");
-                ctr(c, if sidecar { ContainerRole::Sidecar } else { ContainerRole::Init })
+                ctr(
+                    c,
+                    if sidecar {
+                        ContainerRole::Sidecar
+                    } else {
+                        ContainerRole::Init
+                    },
+                )
             })
             .collect(),
-        containers: p.spec.containers.iter().map(|c| ctr(c, ContainerRole::App)).collect(),
+        containers: p
+            .spec
+            .containers
+            .iter()
+            .map(|c| ctr(c, ContainerRole::App))
+            .collect(),
     }
 }
 
 fn config(k: &Kubelet) -> Config {
-    let on = |name: &str| k.cpu_manager_policy_options.get(name).is_some_and(|v| v == "true");
+    let on = |name: &str| {
+        k.cpu_manager_policy_options
+            .get(name)
+            .is_some_and(|v| v == "true")
+    };
     let mut c = Config {
         cpu_policy: CpuPolicy::Static,
         cpu_options: CpuPolicyOptions {
@@ -187,19 +207,30 @@ fn config(k: &Kubelet) -> Config {
 
 /// A one-provider Topology Manager merge.
 pub(super) fn merge(policy: TopologyPolicy, hints: &ResourceHints) -> TopologyHint {
-    let any = TopologyHint { affinity: None, preferred: true };
+    let any = TopologyHint {
+        affinity: None,
+        preferred: true,
+    };
     if policy == TopologyPolicy::None {
         return any;
     }
-    let Some(list) = hints.get("cpu") else { return any };
+    let Some(list) = hints.get("cpu") else {
+        return any;
+    };
     let Some(list) = list else { return any };
     list.iter()
         .copied()
         .min_by_key(|h| {
-            let m = h.affinity.map(|m| (m.count(), m.0)).unwrap_or((u32::MAX, u64::MAX));
+            let m = h
+                .affinity
+                .map(|m| (m.count(), m.0))
+                .unwrap_or((u32::MAX, u64::MAX));
             (!h.preferred, m)
         })
-        .unwrap_or(TopologyHint { affinity: None, preferred: false })
+        .unwrap_or(TopologyHint {
+            affinity: None,
+            preferred: false,
+        })
 }
 
 pub(super) fn admit(
@@ -208,7 +239,10 @@ pub(super) fn admit(
     pod: &PodSpec,
 ) -> Result<(), AdmissionError> {
     let check = |h: TopologyHint| {
-        let strict = matches!(cfg.topology_policy, TopologyPolicy::Restricted | TopologyPolicy::SingleNumaNode);
+        let strict = matches!(
+            cfg.topology_policy,
+            TopologyPolicy::Restricted | TopologyPolicy::SingleNumaNode
+        );
         if strict && !h.preferred {
             return Err(AdmissionError::TopologyAffinity);
         }
@@ -234,7 +268,10 @@ pub(super) fn admit(
 fn run(path: &std::path::Path) {
     let text = std::fs::read_to_string(path).unwrap();
     let v: Vector = serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let topo_name = v.topology.trim_start_matches("../topologies/").trim_end_matches(".json");
+    let topo_name = v
+        .topology
+        .trim_start_matches("../topologies/")
+        .trim_end_matches(".json");
     let cfg = config(&v.kubelet);
     let mut cm = CpuManager::new(&machine(topo_name), &cfg).unwrap();
     if let Some(u) = &v.unavailable {
@@ -243,8 +280,15 @@ fn run(path: &std::path::Path) {
             default_cpu_set: cm.shared_pool().difference(&u),
             ..CpuState::default()
         };
-        let held = ContainerAssignment { cpus: u, isolation: IsolationLevel::Container };
-        state.entries.entry("fake-pod".into()).or_default().insert("fake".into(), held);
+        let held = ContainerAssignment {
+            cpus: u,
+            isolation: IsolationLevel::Container,
+        };
+        state
+            .entries
+            .entry("fake-pod".into())
+            .or_default()
+            .insert("fake".into(), held);
         cm.restore(state).unwrap();
     }
     let results: BTreeMap<String, Result<(), AdmissionError>> = v
@@ -257,7 +301,12 @@ fn run(path: &std::path::Path) {
         .collect();
     for want in &v.expect.pods {
         let got = &results[&want.name];
-        assert_eq!(got.is_ok(), want.admitted, "{path:?} pod {}: {got:?}", want.name);
+        assert_eq!(
+            got.is_ok(),
+            want.admitted,
+            "{path:?} pod {}: {got:?}",
+            want.name
+        );
         if let (Err(e), Some(reason)) = (got, &want.reason) {
             assert_eq!(e.reason(), reason, "{path:?}: {e}");
         }
@@ -280,7 +329,9 @@ fn shared_vectors() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name.ends_with(".yaml") && (name.starts_with('T') || name.starts_with('S') || name.starts_with('P')) {
+        if name.ends_with(".yaml")
+            && (name.starts_with('T') || name.starts_with('S') || name.starts_with('P'))
+        {
             run(&path);
             count += 1;
         }

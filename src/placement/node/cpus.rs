@@ -1,0 +1,126 @@
+//! The CPU side of a `Node`: a thin adapter over the [`CpuManager`] giving `Node` exactly what it
+//! needs (hints, allocation, per-container sets, pools, CPUs held by others).
+
+use crate::cpuset::CpuSet;
+use crate::placement::config::{Config, ReservedCpus};
+use crate::placement::cpu::{ContainerAssignment, CpuManager, CpuState};
+use crate::placement::qos::IsolationLevel;
+use crate::placement::{
+    AdmissionError, ContainerSpec, HintProvider, PodSpec, ResourceHints, TopologyHint,
+};
+use crate::topology::Topology;
+
+use super::NodeError;
+
+/// Pseudo pod UID under which CPUs held by others are recorded (never a Kubernetes UID).
+pub(super) const UNAVAILABLE_POD: &str = "numa-shim/unavailable";
+
+#[derive(Debug, Clone)]
+pub(super) struct CpuBackend {
+    manager: CpuManager,
+}
+
+impl CpuBackend {
+    pub(super) fn new(topology: &Topology, config: &Config) -> Result<Self, NodeError> {
+        let all: CpuSet = topology.cpus.iter().map(|c| c.id).collect();
+        if let ReservedCpus::Explicit(set) = &config.reserved_cpus {
+            if !set.is_subset(&all) {
+                return Err(NodeError::ReservedOutsideMachine {
+                    reserved: set.clone(),
+                    machine: all,
+                });
+            }
+        }
+        Ok(Self {
+            manager: CpuManager::new(topology, config)?,
+        })
+    }
+
+    /// Records `cpus` as an exclusive assignment of a pseudo pod, so they leave the shared pool
+    /// and are never granted. Reserved CPUs cannot be marked.
+    pub(super) fn mark_unavailable(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
+        let free = self.manager.available();
+        if !cpus.is_subset(&free) {
+            return Err(NodeError::UnavailableNotFree {
+                cpus: cpus.clone(),
+                free,
+            });
+        }
+        let mut state = self.manager.snapshot();
+        state.default_cpu_set = state.default_cpu_set.difference(cpus);
+        let held = state
+            .entries
+            .entry(UNAVAILABLE_POD.to_string())
+            .or_default()
+            .entry(UNAVAILABLE_POD.to_string())
+            .or_insert_with(|| ContainerAssignment {
+                cpus: CpuSet::new(),
+                isolation: IsolationLevel::Container,
+            });
+        held.cpus = held.cpus.union(cpus);
+        self.manager.restore(state)?;
+        Ok(())
+    }
+
+    pub(super) fn container_cpus(&self, pod_uid: &str, name: &str) -> Option<CpuSet> {
+        self.manager.container_cpus(pod_uid, name).map(|(c, _)| c)
+    }
+
+    pub(super) fn isolation(&self, pod: &PodSpec, c: &ContainerSpec) -> IsolationLevel {
+        self.manager.isolation_level(pod, c)
+    }
+
+    pub(super) fn pod_cpus(&self, pod_uid: &str) -> Option<CpuSet> {
+        self.manager.pod_cpus(pod_uid).cloned()
+    }
+
+    pub(super) fn shared(&self) -> CpuSet {
+        self.manager.shared_pool().clone()
+    }
+
+    pub(super) fn reserved(&self) -> CpuSet {
+        self.manager.reserved().clone()
+    }
+
+    pub(super) fn allocatable(&self) -> CpuSet {
+        self.manager.allocatable()
+    }
+
+    /// CPUs marked unavailable at start.
+    pub(super) fn unavailable(&self) -> CpuSet {
+        self.container_cpus(UNAVAILABLE_POD, UNAVAILABLE_POD)
+            .unwrap_or_default()
+    }
+
+    pub(super) fn state(&self) -> CpuState {
+        self.manager.snapshot()
+    }
+
+    pub(super) fn restore(&mut self, state: CpuState) -> Result<(), NodeError> {
+        self.manager.restore(state)?;
+        Ok(())
+    }
+}
+
+impl HintProvider for CpuBackend {
+    fn container_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ResourceHints {
+        self.manager.container_hints(pod, container)
+    }
+    fn pod_hints(&self, pod: &PodSpec) -> ResourceHints {
+        self.manager.pod_hints(pod)
+    }
+    fn allocate(
+        &mut self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        hint: &TopologyHint,
+    ) -> Result<(), AdmissionError> {
+        self.manager.allocate(pod, container, hint)
+    }
+    fn allocate_pod(&mut self, pod: &PodSpec, hint: &TopologyHint) -> Result<(), AdmissionError> {
+        self.manager.allocate_pod(pod, hint)
+    }
+    fn remove_container(&mut self, pod_uid: &str, container: &str) {
+        self.manager.remove_container(pod_uid, container);
+    }
+}

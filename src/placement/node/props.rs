@@ -1,0 +1,350 @@
+//! Property tests over random machines and random admit/remove sequences: no CPU granted twice,
+//! reserved never granted, slices inside the pod budget, single-numa-node never spans nodes,
+//! memory accounting balanced, rejection and full release restore the node, determinism.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::tests::{bare, gu, pod, GI};
+use super::*;
+use crate::placement::config::{
+    CpuPolicy, FeatureGates, MemoryPolicy, ReservedCpus, ReservedMemory,
+};
+use crate::placement::ContainerRole;
+use crate::topology::{CpuInfo, NumaNode};
+
+/// sockets × NUMA per socket × cores per NUMA × threads; ids thread-major (kubelet fixture style).
+fn machine(sockets: u32, numa_per_socket: u32, cores_per_numa: u32, threads: u32) -> Topology {
+    let cores = sockets * numa_per_socket * cores_per_numa;
+    let numa_count = sockets * numa_per_socket;
+    let mut cpus = Vec::new();
+    for t in 0..threads {
+        for core in 0..cores {
+            let numa = core / cores_per_numa;
+            cpus.push(CpuInfo {
+                id: t * cores + core,
+                core,
+                socket: numa / numa_per_socket,
+                die: 0,
+                numa,
+                uncore: 0,
+            });
+        }
+    }
+    cpus.sort_by_key(|c| c.id);
+    let numa = (0..numa_count)
+        .map(|id| NumaNode {
+            id,
+            memory: 8 * GI,
+            hugepages: BTreeMap::new(),
+            distances: (0..numa_count)
+                .map(|j| if j == id { 10 } else { 20 })
+                .collect(),
+        })
+        .collect();
+    Topology { cpus, numa }
+}
+
+#[derive(Debug, Clone)]
+struct Setup {
+    shape: (u32, u32, u32, u32),
+    policy: TopologyPolicy,
+    scope: TopologyScope,
+    explicit_reserved: bool,
+    memory: bool,
+    plrm: bool,
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    (
+        (1u32..=2, 1u32..=2, 1u32..=4, 1u32..=2),
+        prop_oneof![
+            Just(TopologyPolicy::None),
+            Just(TopologyPolicy::BestEffort),
+            Just(TopologyPolicy::Restricted),
+            Just(TopologyPolicy::SingleNumaNode)
+        ],
+        prop_oneof![Just(TopologyScope::Container), Just(TopologyScope::Pod)],
+        any::<bool>(),
+        any::<bool>(),
+        prop::bool::weighted(0.8),
+    )
+        .prop_map(
+            |(shape, policy, scope, explicit_reserved, memory, plrm)| Setup {
+                shape,
+                policy,
+                scope,
+                explicit_reserved,
+                memory,
+                plrm,
+            },
+        )
+}
+
+fn config(s: &Setup, numa_count: u32) -> Config {
+    Config {
+        cpu_policy: CpuPolicy::Static,
+        reserved_cpus: if s.explicit_reserved {
+            ReservedCpus::Explicit(CpuSet::parse("0").unwrap())
+        } else {
+            ReservedCpus::Count { milli: 1000 }
+        },
+        memory_policy: if s.memory {
+            MemoryPolicy::Static
+        } else {
+            MemoryPolicy::None
+        },
+        reserved_memory: if s.memory {
+            (0..numa_count)
+                .map(|n| ReservedMemory {
+                    numa_node: n,
+                    memory: GI,
+                    hugepages: BTreeMap::new(),
+                })
+                .collect()
+        } else {
+            vec![]
+        },
+        topology_policy: s.policy,
+        topology_scope: s.scope,
+        gates: FeatureGates {
+            pod_level_resources: true,
+            pod_level_resource_managers: s.plrm,
+        },
+        ..Config::default()
+    }
+}
+
+/// One container: (kind, cpus) where kind 0 = bare, 1 = Guaranteed whole, 2 = Guaranteed 500m.
+type CSpec = (u8, u64, u8);
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// (pod-level cpus, 0 = classic), containers (role: 0 app, 1 init, 2 sidecar).
+    Admit(u64, Vec<CSpec>),
+    RemovePod(usize),
+    RemoveContainer(usize, usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let container = (0u8..3, 1u64..=4, 0u8..3);
+    prop_oneof![
+        3 => (prop_oneof![Just(0u64), 1u64..=6], prop::collection::vec(container, 1..=3)).prop_map(|(p, c)| Op::Admit(p, c)),
+        1 => (0usize..8).prop_map(Op::RemovePod),
+        1 => (0usize..8, 0usize..3).prop_map(|(p, c)| Op::RemoveContainer(p, c)),
+    ]
+}
+
+fn build_pod(i: usize, pod_cpus: u64, cs: &[CSpec]) -> PodSpec {
+    let mut init = Vec::new();
+    let mut apps = Vec::new();
+    for (j, &(kind, n, role)) in cs.iter().enumerate() {
+        let name = format!("c{j}");
+        let role = match role {
+            1 => ContainerRole::Init,
+            2 => ContainerRole::Sidecar,
+            _ => ContainerRole::App,
+        };
+        let mut c = match kind {
+            0 if pod_cpus > 0 => bare(&name),
+            2 => gu(&name, role, 500, GI),
+            _ => gu(&name, role, n * 1000, GI),
+        };
+        c.role = role;
+        if role == ContainerRole::App {
+            apps.push(c);
+        } else {
+            init.push(c);
+        }
+    }
+    if apps.is_empty() {
+        apps.push(if pod_cpus > 0 {
+            bare("app")
+        } else {
+            gu("app", ContainerRole::App, 1000, GI)
+        });
+    }
+    let level = (pod_cpus > 0).then_some((pod_cpus * 1000, 3 * GI));
+    pod(&format!("pod-{i}"), init, apps, level)
+}
+
+fn check_invariants(n: &Node, setup: &Setup) -> Result<(), TestCaseError> {
+    let all: CpuSet = n.topology().cpus.iter().map(|c| c.id).collect();
+    let reserved = n.reserved_cpus();
+    let numa_of = |cpu: u32| {
+        n.topology()
+            .cpus
+            .iter()
+            .find(|c| c.id == cpu)
+            .map(|c| c.numa)
+    };
+    let spans_one_node = |set: &CpuSet| {
+        set.iter()
+            .filter_map(numa_of)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            <= 1
+    };
+    let mut held = n.unavailable_cpus();
+    for uid in n.pods() {
+        let p = n.placement(&uid).unwrap();
+        let mut pod_held = CpuSet::new();
+        if let Some(bubble) = &p.cpus {
+            pod_held = bubble.clone();
+            for c in &p.containers {
+                if c.isolation != Isolation::Host {
+                    prop_assert!(c.cpus.is_subset(bubble), "{uid}/{} outside bubble", c.name);
+                }
+            }
+        }
+        let mut long_running = CpuSet::new();
+        for c in p.containers.iter().filter(|c| c.exclusive) {
+            prop_assert!(
+                c.cpus.is_disjoint(&reserved),
+                "{uid}/{} got reserved CPUs",
+                c.name
+            );
+            if c.role != ContainerRole::Init {
+                prop_assert!(
+                    c.cpus.is_disjoint(&long_running),
+                    "{uid}/{} overlaps a sibling",
+                    c.name
+                );
+                long_running = long_running.union(&c.cpus);
+            }
+            pod_held = pod_held.union(&c.cpus);
+            if setup.policy == TopologyPolicy::SingleNumaNode {
+                prop_assert!(
+                    spans_one_node(&c.cpus),
+                    "{uid}/{} spans NUMA nodes: {}",
+                    c.name,
+                    c.cpus
+                );
+            }
+        }
+        if setup.policy == TopologyPolicy::SingleNumaNode {
+            for c in &p.containers {
+                prop_assert!(
+                    c.memory_nodes.is_none_or(|m| m.count() == 1),
+                    "{uid}/{} memory spans nodes",
+                    c.name
+                );
+            }
+            if let Some(b) = &p.cpus {
+                prop_assert!(spans_one_node(b));
+            }
+        }
+        prop_assert!(pod_held.is_disjoint(&reserved));
+        prop_assert!(
+            pod_held.is_disjoint(&held),
+            "{uid} holds CPUs another pod holds"
+        );
+        held = held.union(&pod_held);
+    }
+    prop_assert!(
+        n.shared_cpus().is_disjoint(&held),
+        "shared pool overlaps granted CPUs"
+    );
+    prop_assert_eq!(n.shared_cpus().union(&held), all);
+    for (id, node) in &n.memory_manager().state().machine {
+        for (name, t) in &node.memory {
+            prop_assert_eq!(t.free + t.reserved, t.allocatable, "node {} {}", id, name);
+        }
+    }
+    Ok(())
+}
+
+/// Right after admission of a PLRM pod: the pod pool is the bubble minus live exclusive slices.
+fn check_pool(p: &PodPlacement) -> Result<(), TestCaseError> {
+    let Some(bubble) = &p.cpus else { return Ok(()) };
+    let slices = p
+        .containers
+        .iter()
+        .filter(|c| c.exclusive && c.role != ContainerRole::Init)
+        .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
+    for c in p
+        .containers
+        .iter()
+        .filter(|c| c.isolation == Isolation::Pod && c.role != ContainerRole::Init)
+    {
+        prop_assert_eq!(&c.cpus, &bubble.difference(&slices), "pool of {}", c.name);
+    }
+    Ok(())
+}
+
+fn run(setup: &Setup, ops: &[Op]) -> Result<(Node, Vec<String>), TestCaseError> {
+    let (s, nps, cpn, t) = setup.shape;
+    let mut n = match Node::new(machine(s, nps, cpn, t), config(setup, s * nps)) {
+        Ok(n) => n,
+        Err(e) => {
+            return Ok((
+                Node::new(machine(1, 1, 2, 1), Config::default()).unwrap(),
+                vec![format!("config: {e}")],
+            ))
+        }
+    };
+    let fresh = n.snapshot();
+    let mut admitted: Vec<String> = Vec::new();
+    let mut log = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        match op {
+            Op::Admit(pc, cs) => {
+                let p = build_pod(i, *pc, cs);
+                let before = n.snapshot();
+                match n.admit(&p) {
+                    Ok(placed) => {
+                        check_pool(&placed)?;
+                        log.push(format!("{placed:?}"));
+                        admitted.push(p.uid.clone());
+                    }
+                    Err(e) => {
+                        prop_assert_eq!(
+                            n.snapshot(),
+                            before,
+                            "rejected admission changed the node"
+                        );
+                        log.push(format!("{}: {e}", e.reason()));
+                    }
+                }
+            }
+            Op::RemovePod(k) if !admitted.is_empty() => {
+                let uid = admitted.remove(k % admitted.len());
+                n.remove_pod(&uid);
+            }
+            Op::RemoveContainer(k, c) if !admitted.is_empty() => {
+                let uid = admitted[k % admitted.len()].clone();
+                if let Some(p) = n.placement(&uid) {
+                    let name = p.containers[c % p.containers.len()].name.clone();
+                    n.remove_container(&uid, &name);
+                    if n.placement(&uid).is_none() {
+                        admitted.retain(|u| *u != uid);
+                    }
+                }
+            }
+            _ => {}
+        }
+        check_invariants(&n, setup)?;
+    }
+    for uid in n.pods() {
+        n.remove_pod(&uid);
+    }
+    prop_assert_eq!(
+        n.snapshot(),
+        fresh,
+        "removing every pod did not restore the node"
+    );
+    Ok((n, log))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn admission_keeps_the_node_consistent(setup in setup(), ops in prop::collection::vec(op(), 1..12)) {
+        let (a, log_a) = run(&setup, &ops)?;
+        let (b, log_b) = run(&setup, &ops)?;
+        prop_assert_eq!(log_a, log_b, "same input, different decisions");
+        prop_assert_eq!(a.snapshot(), b.snapshot());
+    }
+}
