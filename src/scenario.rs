@@ -74,7 +74,7 @@ pub enum ScenarioError {
     Parse {
         origin: String,
         #[source]
-        source: serde_yaml_ng::Error,
+        source: Box<serde_yaml_ng::Error>,
     },
     #[error("{origin}: {field}: {reason}")]
     Invalid {
@@ -86,25 +86,25 @@ pub enum ScenarioError {
     Topology {
         origin: String,
         #[source]
-        source: TopologyError,
+        source: Box<TopologyError>,
     },
     #[error("{origin}: kubelet: {source}")]
     KubeletFormat {
         origin: String,
         #[source]
-        source: serde_json::Error,
+        source: Box<serde_json::Error>,
     },
     #[error("{origin}: kubelet: {source}")]
     Kubelet {
         origin: String,
         #[source]
-        source: KubeletConfigError,
+        source: Box<KubeletConfigError>,
     },
     #[error("{origin}: unavailableCPUs: {source}")]
     UnavailableCpus {
         origin: String,
         #[source]
-        source: CpuSetError,
+        source: Box<CpuSetError>,
     },
     #[error("{origin}: {at} ({pod}): {source}")]
     Pod {
@@ -112,13 +112,13 @@ pub enum ScenarioError {
         at: String,
         pod: String,
         #[source]
-        source: PodError,
+        source: Box<PodError>,
     },
     #[error("{origin}: the node refuses to start: {source}")]
     Node {
         origin: String,
         #[source]
-        source: NodeError,
+        source: Box<NodeError>,
     },
     #[error("{origin}: {at}: no live pod {pod}")]
     UnknownPod {
@@ -158,11 +158,11 @@ impl Scenario {
                 .resolve(&self.topology)
                 .map_err(|source| ScenarioError::Kubelet {
                     origin: self.origin.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
         let node_err = |source| ScenarioError::Node {
             origin: self.origin.clone(),
-            source,
+            source: Box::new(source),
         };
         let mut node = Node::new(self.topology.clone(), resolved.config).map_err(node_err)?;
         if !self.unavailable_cpus.is_empty() {
@@ -181,7 +181,14 @@ impl Scenario {
                     namespace,
                     name,
                     container,
-                } => self.remove(&mut node, &mut book, at, namespace, name, container.as_deref())?,
+                } => self.remove(
+                    &mut node,
+                    &mut book,
+                    at,
+                    namespace,
+                    name,
+                    container.as_deref(),
+                )?,
             }
         }
         Ok(Outcome {

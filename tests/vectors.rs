@@ -38,10 +38,19 @@ fn every_vector_matches_its_expect_block() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(vectors_dir())
         .expect("shared/fixtures/vectors is readable")
         .map(|e| e.expect("directory entry").path())
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            )
+        })
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no vector found in {}", vectors_dir().display());
+    assert!(
+        !files.is_empty(),
+        "no vector found in {}",
+        vectors_dir().display()
+    );
     let mut failures = Vec::new();
     for file in &files {
         let diffs = run_vector(file);

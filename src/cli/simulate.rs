@@ -41,7 +41,11 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
     }
     if args.check {
         let Some(block) = &scenario.expect else {
-            return Err(format!("{}: --check: the scenario has no expect block", scenario.origin).into());
+            return Err(format!(
+                "{}: --check: the scenario has no expect block",
+                scenario.origin
+            )
+            .into());
         };
         let mismatches = expect::check(block, &serde_json::to_value(&outcome.report)?);
         if !mismatches.is_empty() {

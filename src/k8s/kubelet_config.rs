@@ -132,7 +132,10 @@ pub enum KubeletConfigError {
     #[error("kubeReserved.cpu + systemReserved.cpu: {wanted} CPUs to reserve but the machine has {online}")]
     ReservedCpuCount { wanted: u64, online: usize },
     #[error("{field}: cannot reserve {resource:?} resource (cpu, memory, ephemeral-storage, pid)")]
-    CannotReserve { field: &'static str, resource: String },
+    CannotReserve {
+        field: &'static str,
+        resource: String,
+    },
     #[error("{field}: {source}")]
     Quantity {
         field: String,
@@ -207,7 +210,11 @@ impl KubeletConfiguration {
                 ))
             }
         };
-        let topology_scope = match self.topology_manager_scope.as_deref().unwrap_or("container") {
+        let topology_scope = match self
+            .topology_manager_scope
+            .as_deref()
+            .unwrap_or("container")
+        {
             "container" | "" => TopologyScope::Container,
             "pod" => TopologyScope::Pod,
             other => {
@@ -291,9 +298,7 @@ impl KubeletConfiguration {
                     if n > 8 {
                         warnings.push(ConfigWarning {
                             field: format!("{FIELD}[{name}]"),
-                            message: format!(
-                                "{n} is more than the default recommended value 8"
-                            ),
+                            message: format!("{n} is more than the default recommended value 8"),
                         });
                     }
                     opts.max_allowable_numa_nodes = u32::try_from(n).unwrap_or(u32::MAX);

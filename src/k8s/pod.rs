@@ -84,9 +84,13 @@ pub enum PodError {
         resource: String,
         limit: Quantity,
     },
-    #[error("{field}: unsupported pod-level resource {resource:?} (cpu, memory, hugepages-<size>)")]
+    #[error(
+        "{field}: unsupported pod-level resource {resource:?} (cpu, memory, hugepages-<size>)"
+    )]
     UnsupportedPodResource { field: String, resource: String },
-    #[error("{field}: must be greater than or equal to aggregate container requests of {aggregate}")]
+    #[error(
+        "{field}: must be greater than or equal to aggregate container requests of {aggregate}"
+    )]
     BelowContainerRequests { field: String, aggregate: Quantity },
     #[error("{field}: {value} does not fit in 64 bits")]
     TooLarge { field: String, value: Quantity },
@@ -144,7 +148,11 @@ impl Pod {
         init: bool,
     ) -> Result<Vec<ContainerSpec>, PodError> {
         let (list, lists, path) = if init {
-            (&self.spec.init_containers, &defaulted.init, "spec.initContainers")
+            (
+                &self.spec.init_containers,
+                &defaulted.init,
+                "spec.initContainers",
+            )
         } else {
             (&self.spec.containers, &defaulted.apps, "spec.containers")
         };

@@ -120,7 +120,10 @@ mod tests {
             {"name": "b", "reason": "SMTAlignmentError", "message": "x"},
             {"name": "zz", "admitted": true}
         ], "node": {"sharedCPUs": [1]}});
-        let got: Vec<String> = check(&expect, &report()).iter().map(ToString::to_string).collect();
+        let got: Vec<String> = check(&expect, &report())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             got,
             // Object keys come in sorted order (serde_json maps), list entries in block order.

@@ -34,17 +34,20 @@ struct Loader<'a> {
 }
 
 pub(super) fn from_str(text: &str, origin: &str, dir: &Path) -> Result<Scenario, ScenarioError> {
-    let raw: RawScenario = serde_yaml_ng::from_str(text).map_err(|source| ScenarioError::Parse {
-        origin: origin.to_string(),
-        source,
-    })?;
+    let raw: RawScenario =
+        serde_yaml_ng::from_str(text).map_err(|source| ScenarioError::Parse {
+            origin: origin.to_string(),
+            source: Box::new(source),
+        })?;
     let l = Loader { origin, dir };
     let topology = l.topology(&raw.topology)?;
     let kubelet = l.kubelet(&raw.kubelet)?;
-    let unavailable_cpus = CpuSet::parse(raw.unavailable_cpus.as_deref().unwrap_or(""))
-        .map_err(|source| ScenarioError::UnavailableCpus {
-            origin: origin.to_string(),
-            source,
+    let unavailable_cpus =
+        CpuSet::parse(raw.unavailable_cpus.as_deref().unwrap_or("")).map_err(|source| {
+            ScenarioError::UnavailableCpus {
+                origin: origin.to_string(),
+                source: Box::new(source),
+            }
         })?;
     let mut steps = Vec::new();
     for (i, p) in raw.pods.iter().enumerate() {
@@ -89,7 +92,7 @@ impl Loader<'_> {
     fn topology(&self, v: &serde_json::Value) -> Result<Topology, ScenarioError> {
         let err = |source| ScenarioError::Topology {
             origin: self.origin.to_string(),
-            source,
+            source: Box::new(source),
         };
         let mut topology = match v {
             serde_json::Value::String(rel) => Topology::load(&self.dir.join(rel)).map_err(err)?,
@@ -155,32 +158,31 @@ impl Loader<'_> {
     }
 
     fn kubelet(&self, v: &serde_json::Value) -> Result<KubeletConfiguration, ScenarioError> {
-        let merged = match v {
-            serde_json::Value::Null => serde_json::Value::Object(Default::default()),
-            serde_json::Value::String(rel) => self.kubelet_file(rel)?,
-            serde_json::Value::Object(map) => match map.get("file") {
-                None => v.clone(),
-                Some(serde_json::Value::String(rel)) => {
-                    let mut base = self.kubelet_file(rel)?;
-                    if let Some(obj) = base.as_object_mut() {
-                        for (k, val) in map.iter().filter(|(k, _)| *k != "file") {
-                            obj.insert(k.clone(), val.clone());
+        let merged =
+            match v {
+                serde_json::Value::Null => serde_json::Value::Object(Default::default()),
+                serde_json::Value::String(rel) => self.kubelet_file(rel)?,
+                serde_json::Value::Object(map) => match map.get("file") {
+                    None => v.clone(),
+                    Some(serde_json::Value::String(rel)) => {
+                        let mut base = self.kubelet_file(rel)?;
+                        if let Some(obj) = base.as_object_mut() {
+                            for (k, val) in map.iter().filter(|(k, _)| *k != "file") {
+                                obj.insert(k.clone(), val.clone());
+                            }
                         }
+                        base
                     }
-                    base
-                }
-                Some(_) => return Err(self.invalid("kubelet.file", "must be a path")),
-            },
-            _ => {
-                return Err(self.invalid(
+                    Some(_) => return Err(self.invalid("kubelet.file", "must be a path")),
+                },
+                _ => return Err(self.invalid(
                     "kubelet",
                     "must be KubeletConfiguration fields or a path to a KubeletConfiguration file",
-                ))
-            }
-        };
+                )),
+            };
         serde_json::from_value(merged).map_err(|source| ScenarioError::KubeletFormat {
             origin: self.origin.to_string(),
-            source,
+            source: Box::new(source),
         })
     }
 
@@ -190,12 +192,17 @@ impl Loader<'_> {
             documents(&self.read(rel)?).map_err(|e| self.invalid(rel, e.to_string()))?;
         let mut configs = docs.into_iter().filter(|d| {
             d.is_object()
-                && matches!(d.get("kind").and_then(|k| k.as_str()), None | Some("KubeletConfiguration"))
+                && matches!(
+                    d.get("kind").and_then(|k| k.as_str()),
+                    None | Some("KubeletConfiguration")
+                )
         });
         match (configs.next(), configs.next()) {
             (Some(doc), None) => Ok(doc),
             (None, _) => Err(self.invalid(rel, "no KubeletConfiguration document")),
-            (Some(_), Some(_)) => Err(self.invalid(rel, "more than one KubeletConfiguration document")),
+            (Some(_), Some(_)) => {
+                Err(self.invalid(rel, "more than one KubeletConfiguration document"))
+            }
         }
     }
 
@@ -225,7 +232,7 @@ impl Loader<'_> {
                     origin: self.origin.to_string(),
                     at: at.clone(),
                     pod: pod.key(),
-                    source,
+                    source: Box::new(source),
                 })?;
                 Ok(Step::Admit { at, pod: spec })
             })

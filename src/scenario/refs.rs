@@ -70,8 +70,7 @@ mod tests {
 
     #[test]
     fn steps_are_single_key_mappings() {
-        let v: Vec<RawStep> =
-            serde_yaml_ng::from_str("- remove: a\n- admit: pod.yaml\n").unwrap();
+        let v: Vec<RawStep> = serde_yaml_ng::from_str("- remove: a\n- admit: pod.yaml\n").unwrap();
         assert_eq!(v[0].remove, Some(StrOr::Str("a".into())));
         assert_eq!(v[1].admit, Some(StrOr::Str("pod.yaml".into())));
         let e = serde_yaml_ng::from_str::<Vec<RawStep>>("- evict: a\n").unwrap_err();
@@ -84,6 +83,10 @@ mod tests {
             "- metadata: {name: a}\n  spec: {containers: [{name: c, resources: {limits: {cpu: x}}}]}\n",
         )
         .unwrap_err();
-        assert!(e.to_string().contains("spec.containers[0].resources.limits"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("spec.containers[0].resources.limits"),
+            "{e}"
+        );
     }
 }

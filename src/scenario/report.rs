@@ -138,7 +138,11 @@ impl Book {
 
 fn admitted_report(node: &Node, pod: &PodSpec) -> Option<PodReport> {
     let placement = node.placement(&pod.uid)?;
-    let memory_nodes: CpuSet = placement.memory.iter().flat_map(|b| b.numa.iter().copied()).collect();
+    let memory_nodes: CpuSet = placement
+        .memory
+        .iter()
+        .flat_map(|b| b.numa.iter().copied())
+        .collect();
     Some(PodReport {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),

@@ -58,7 +58,10 @@ fn a_rejected_pod_carries_the_kubelet_reason_and_message() {
   topologyManagerPolicy: single-numa-node
 pods:
 {}"#,
-        pod("big", "    containers: [{name: c, resources: {limits: {cpu: 1, memory: 6Gi}}}]\n")
+        pod(
+            "big",
+            "    containers: [{name: c, resources: {limits: {cpu: 1, memory: 6Gi}}}]\n"
+        )
     );
     let out = run(&text).unwrap();
     let p = &out.report.pods[0];
@@ -76,7 +79,17 @@ pods:
         .keys()
         .cloned()
         .collect();
-    assert_eq!(keys, ["admitted", "containers", "message", "name", "namespace", "reason"]);
+    assert_eq!(
+        keys,
+        [
+            "admitted",
+            "containers",
+            "message",
+            "name",
+            "namespace",
+            "reason"
+        ]
+    );
 }
 
 #[test]
@@ -120,16 +133,34 @@ fn files_are_read_relative_to_the_scenario() {
     assert_eq!(s.run().unwrap().report.node.reserved_cpus, "1");
 
     // A kubelet file may hold other kinds; exactly one KubeletConfiguration is taken.
-    std::fs::write(d.join("k2.yaml"), "topology: machine.json\nkubelet: pods.yaml\n").unwrap();
+    std::fs::write(
+        d.join("k2.yaml"),
+        "topology: machine.json\nkubelet: pods.yaml\n",
+    )
+    .unwrap();
     let s = Scenario::load(&d.join("k2.yaml")).unwrap();
     assert_eq!(s.kubelet.kind.as_deref(), Some("KubeletConfiguration"));
     std::fs::write(d.join("only-pods.yaml"), "kind: Pod\nmetadata: {name: a}\n").unwrap();
-    std::fs::write(d.join("k3.yaml"), "topology: machine.json\nkubelet: only-pods.yaml\n").unwrap();
+    std::fs::write(
+        d.join("k3.yaml"),
+        "topology: machine.json\nkubelet: only-pods.yaml\n",
+    )
+    .unwrap();
     let e = Scenario::load(&d.join("k3.yaml")).unwrap_err().to_string();
-    assert!(e.ends_with("only-pods.yaml: no KubeletConfiguration document"), "{e}");
-    std::fs::write(d.join("k4.yaml"), "topology: machine.json\npods: [kubelet.yaml]\n").unwrap();
+    assert!(
+        e.ends_with("only-pods.yaml: no KubeletConfiguration document"),
+        "{e}"
+    );
+    std::fs::write(
+        d.join("k4.yaml"),
+        "topology: machine.json\npods: [kubelet.yaml]\n",
+    )
+    .unwrap();
     let e = Scenario::load(&d.join("k4.yaml")).unwrap_err().to_string();
-    assert!(e.ends_with("pods[0]: kubelet.yaml holds no Pod document"), "{e}");
+    assert!(
+        e.ends_with("pods[0]: kubelet.yaml holds no Pod document"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -142,7 +173,10 @@ fn steps_remove_pods_and_containers_and_admit_more() {
 - admit: {{metadata: {{name: c, namespace: ns}}, spec: {{containers: [{{name: x}}]}}}}
 "#,
         pod("a", "    containers: [{name: x}]\n"),
-        pod("b", "    initContainers: [{name: init}]\n    containers: [{name: x}]\n"),
+        pod(
+            "b",
+            "    initContainers: [{name: init}]\n    containers: [{name: x}]\n"
+        ),
     );
     let out = run(&text).unwrap();
     let pods: Vec<(String, Vec<String>)> = out
@@ -209,8 +243,14 @@ fn the_table_marks_every_cpu() {
     let out = s.run().unwrap();
     let t = table::render(&out.report, &s.topology);
     assert!(t.contains("default/a"), "{t}");
-    assert!(t.contains("NUMA node 0\n  cpu    0  core    0  socket  0  reserved\n"), "{t}");
+    assert!(
+        t.contains("NUMA node 0\n  cpu    0  core    0  socket  0  reserved\n"),
+        "{t}"
+    );
     assert!(t.contains("cpu    1  core    1  socket  0  shared"), "{t}");
     assert!(t.contains("NUMA node 1\n"), "{t}");
-    assert!(t.contains("cpu    3  core    3  socket  1  unavailable"), "{t}");
+    assert!(
+        t.contains("cpu    3  core    3  socket  1  unavailable"),
+        "{t}"
+    );
 }

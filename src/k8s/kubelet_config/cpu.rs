@@ -113,7 +113,10 @@ impl KubeletConfiguration {
         let kube = reservation_map("kubeReserved", &self.kube_reserved)?;
         let system = reservation_map("systemReserved", &self.system_reserved)?;
         let online = online_cpus(machine);
-        if let Some(list) = self.reserved_system_cpus.as_deref().filter(|s| !s.trim().is_empty())
+        if let Some(list) = self
+            .reserved_system_cpus
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
         {
             let set = CpuSet::parse(list)
                 .map_err(|source| KubeletConfigError::ReservedCpuList { source })?;
@@ -177,10 +180,26 @@ pub(super) fn reservation_map(
 /// The pairs `NewStaticPolicyOptions` refuses, in its order.
 fn check_pairs(o: &CpuPolicyOptions) -> Result<(), KubeletConfigError> {
     let pairs = [
-        (o.full_pcpus_only && o.distribute_cpus_across_cores, FULL_PCPUS_ONLY, DISTRIBUTE_ACROSS_CORES),
-        (o.distribute_cpus_across_numa && o.distribute_cpus_across_cores, DISTRIBUTE_ACROSS_NUMA, DISTRIBUTE_ACROSS_CORES),
-        (o.prefer_align_cpus_by_uncore_cache && o.distribute_cpus_across_cores, PREFER_UNCORE, DISTRIBUTE_ACROSS_CORES),
-        (o.prefer_align_cpus_by_uncore_cache && o.distribute_cpus_across_numa, PREFER_UNCORE, DISTRIBUTE_ACROSS_NUMA),
+        (
+            o.full_pcpus_only && o.distribute_cpus_across_cores,
+            FULL_PCPUS_ONLY,
+            DISTRIBUTE_ACROSS_CORES,
+        ),
+        (
+            o.distribute_cpus_across_numa && o.distribute_cpus_across_cores,
+            DISTRIBUTE_ACROSS_NUMA,
+            DISTRIBUTE_ACROSS_CORES,
+        ),
+        (
+            o.prefer_align_cpus_by_uncore_cache && o.distribute_cpus_across_cores,
+            PREFER_UNCORE,
+            DISTRIBUTE_ACROSS_CORES,
+        ),
+        (
+            o.prefer_align_cpus_by_uncore_cache && o.distribute_cpus_across_numa,
+            PREFER_UNCORE,
+            DISTRIBUTE_ACROSS_NUMA,
+        ),
     ];
     match pairs.iter().find(|(clash, _, _)| *clash) {
         Some(&(_, a, b)) => Err(KubeletConfigError::IncompatibleCpuOptions { a, b }),

@@ -75,7 +75,9 @@ impl KubeletConfiguration {
 
     /// Every `reservedMemory` limit as (entry index, NUMA node, resource, quantity), checked the
     /// way the kubelet's config validation checks them.
-    fn reservation_entries(&self) -> Result<Vec<(usize, i32, String, Quantity)>, KubeletConfigError> {
+    fn reservation_entries(
+        &self,
+    ) -> Result<Vec<(usize, i32, String, Quantity)>, KubeletConfigError> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
         for (i, entry) in self.reserved_memory.iter().enumerate() {
@@ -118,7 +120,10 @@ impl KubeletConfiguration {
     /// The hard-eviction memory threshold in bytes, with the kubelet's defaulting: absent
     /// `evictionHard` → 100Mi; `evictionHard` without `memory.available` → 0, unless
     /// `mergeDefaultEvictionSettings` keeps the default.
-    pub(super) fn eviction_memory(&self, machine: &Topology) -> Result<Quantity, KubeletConfigError> {
+    pub(super) fn eviction_memory(
+        &self,
+        machine: &Topology,
+    ) -> Result<Quantity, KubeletConfigError> {
         let value = match &self.eviction_hard {
             None => DEFAULT_MEMORY_AVAILABLE,
             Some(map) => match map.get("memory.available") {
@@ -170,7 +175,9 @@ impl KubeletConfiguration {
 fn group_by_node(entries: &[(usize, i32, String, Quantity)]) -> Vec<ReservedMemory> {
     let mut by_node: BTreeMap<u32, ReservedMemory> = BTreeMap::new();
     for (_, numa, resource, q) in entries {
-        let Ok(numa) = u32::try_from(*numa) else { continue };
+        let Ok(numa) = u32::try_from(*numa) else {
+            continue;
+        };
         let bytes = u64::try_from(q.value()).unwrap_or(0);
         let slot = by_node.entry(numa).or_insert_with(|| ReservedMemory {
             numa_node: numa,
@@ -189,7 +196,14 @@ fn group_by_node(entries: &[(usize, i32, String, Quantity)]) -> Vec<ReservedMemo
 /// Bytes in the largest binary unit that divides them exactly ("100Mi", "1Gi", "1500").
 pub(super) fn format_bytes(q: Quantity) -> String {
     let v = q.value();
-    let units = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
+    let units = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
     for (suffix, shift) in units {
         let unit = 1i64 << shift;
         if v != 0 && v % unit == 0 {

@@ -127,7 +127,12 @@ reservedMemory:
 "#,
     )
     .unwrap();
-    let nodes: Vec<_> = r.config.reserved_memory.iter().map(|m| (m.numa_node, m.memory)).collect();
+    let nodes: Vec<_> = r
+        .config
+        .reserved_memory
+        .iter()
+        .map(|m| (m.numa_node, m.memory))
+        .collect();
     assert_eq!(nodes, [(0, 256 * MI), (1, 768 * MI)]);
     assert_eq!(r.config.reserved_cpus, ReservedCpus::Count { milli: 1500 });
 }
@@ -138,7 +143,10 @@ fn eviction_thresholds_follow_the_kubelet_defaulting() {
     let eviction = |yaml: &str| kubelet(yaml).eviction_memory(&m).unwrap().value();
     assert_eq!(eviction("{}"), 100 * MI as i64);
     assert_eq!(eviction("evictionHard: {memory.available: 1Gi}"), GI as i64);
-    assert_eq!(eviction("evictionHard: {memory.available: 50%}"), 4 * GI as i64);
+    assert_eq!(
+        eviction("evictionHard: {memory.available: 50%}"),
+        4 * GI as i64
+    );
     assert_eq!(eviction("evictionHard: {memory.available: 0%}"), 0);
     assert_eq!(eviction("evictionHard: {nodefs.available: 10%}"), 0);
     assert_eq!(
@@ -150,7 +158,12 @@ fn eviction_thresholds_follow_the_kubelet_defaulting() {
 #[test]
 fn accepted_with_warnings() {
     let warned = |yaml: &str| -> Vec<String> {
-        resolve(yaml).unwrap().warnings.iter().map(|w| w.field.clone()).collect()
+        resolve(yaml)
+            .unwrap()
+            .warnings
+            .iter()
+            .map(|w| w.field.clone())
+            .collect()
     };
     assert_eq!(warned("cpuManagerPolicy: static"), ["reservedSystemCPUs"]);
     assert_eq!(
@@ -171,12 +184,15 @@ fn accepted_with_warnings() {
     );
     let r = resolve("cpuManagerPolicy: static").unwrap();
     assert_eq!(r.config.reserved_cpus, ReservedCpus::Count { milli: 0 });
-    assert!(r.warnings[0].to_string().starts_with("reservedSystemCPUs: the static CPU policy"));
+    assert!(r.warnings[0]
+        .to_string()
+        .starts_with("reservedSystemCPUs: the static CPU policy"));
 }
 
 #[test]
 fn feature_gates_can_be_turned_off() {
-    let r = resolve("featureGates: {PodLevelResourceManagers: false, SomeOtherGate: true}").unwrap();
+    let r =
+        resolve("featureGates: {PodLevelResourceManagers: false, SomeOtherGate: true}").unwrap();
     assert!(r.config.gates.pod_level_resources);
     assert!(!r.config.gates.pod_level_resource_managers);
     let r = resolve("featureGates: {PodLevelResources: false, PodLevelResourceManagers: false}")
@@ -276,7 +292,10 @@ fn every_rejected_value_names_its_field_and_reason() {
             Ok(r) => format!("accepted: {r:?}"),
             Err(e) => e.to_string(),
         };
-        assert!(got.starts_with(want), "for\n{yaml}\n got: {got}\nwant: {want}");
+        assert!(
+            got.starts_with(want),
+            "for\n{yaml}\n got: {got}\nwant: {want}"
+        );
     }
 }
 
@@ -291,13 +310,31 @@ fn machine_dependent_rejections() {
     let e = kubelet("cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerPolicyOptions: {align-by-socket: \"true\"}")
         .resolve(&one_node)
         .unwrap_err();
-    assert!(matches!(e, KubeletConfigError::AlignBySocketHardware { sockets: 2, numa: 1 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            KubeletConfigError::AlignBySocketHardware {
+                sockets: 2,
+                numa: 1
+            }
+        ),
+        "{e}"
+    );
 
     // Nine NUMA nodes exceed the default max-allowable-numa-nodes unless raised.
     let nine = machine(9, 1);
-    let e = kubelet("topologyManagerPolicy: best-effort").resolve(&nine).unwrap_err();
-    assert!(e.to_string().starts_with("topologyManagerPolicy: unsupported on machines with more than 8 NUMA nodes"), "{e}");
-    kubelet("topologyManagerPolicy: none").resolve(&nine).unwrap();
+    let e = kubelet("topologyManagerPolicy: best-effort")
+        .resolve(&nine)
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "topologyManagerPolicy: unsupported on machines with more than 8 NUMA nodes"
+        ),
+        "{e}"
+    );
+    kubelet("topologyManagerPolicy: none")
+        .resolve(&nine)
+        .unwrap();
     kubelet("topologyManagerPolicy: best-effort\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: \"9\"}")
         .resolve(&nine)
         .unwrap();
@@ -308,5 +345,8 @@ fn machine_dependent_rejections() {
     let e = kubelet("memoryManagerPolicy: Static\nevictionHard: {memory.available: 10%}")
         .resolve(&no_memory)
         .unwrap_err();
-    assert!(e.to_string().contains("needs the machine's memory size"), "{e}");
+    assert!(
+        e.to_string().contains("needs the machine's memory size"),
+        "{e}"
+    );
 }

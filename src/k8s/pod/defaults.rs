@@ -183,7 +183,11 @@ impl<'a> Defaulted<'a> {
     pub(super) fn validate(&self) -> Result<(), PodError> {
         let mut names = BTreeSet::new();
         let lists = [
-            ("spec.initContainers", &self.spec.init_containers, &self.init),
+            (
+                "spec.initContainers",
+                &self.spec.init_containers,
+                &self.init,
+            ),
             ("spec.containers", &self.spec.containers, &self.apps),
         ];
         for (path, containers, resources) in lists {
@@ -245,7 +249,10 @@ fn validate_res(r: &Res, field: &str) -> Result<(), PodError> {
         for (k, &v) in map {
             let at = format!("{field}.{list}[{k}]");
             if v.is_negative() {
-                return Err(PodError::Negative { field: at, value: v });
+                return Err(PodError::Negative {
+                    field: at,
+                    value: v,
+                });
             }
             if is_hugepages(k) && hugepage_size(k).is_none() {
                 return Err(PodError::HugepageName {

@@ -47,15 +47,25 @@ spec:
     let budget = p.resources.unwrap();
     assert_eq!(budget.requests.cpu_milli, Some(4000));
     assert_eq!(budget.limits.memory, Some(4 * GI));
-    let roles: Vec<_> = p.init_containers.iter().map(|c| (c.name.as_str(), c.role)).collect();
+    let roles: Vec<_> = p
+        .init_containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.role))
+        .collect();
     assert_eq!(
         roles,
-        [("metrics-sidecar", ContainerRole::Sidecar), ("setup", ContainerRole::Init)]
+        [
+            ("metrics-sidecar", ContainerRole::Sidecar),
+            ("setup", ContainerRole::Init)
+        ]
     );
     assert_eq!(p.containers[0].role, ContainerRole::App);
     assert_eq!(p.containers[0].resources.requests.cpu_milli, Some(2000));
     assert_eq!(p.containers[0].resources.limits.cpu_milli, Some(2000));
-    assert_eq!(p.init_containers[0].resources, placement::Resources::default());
+    assert_eq!(
+        p.init_containers[0].resources,
+        placement::Resources::default()
+    );
 }
 
 #[test]
@@ -168,7 +178,10 @@ fn uid_is_kept_or_derived_stably_from_namespace_and_name() {
 fn multi_document_files_load_every_pod() {
     let text = "kind: Pod\nmetadata: {name: a}\n---\n---\nkind: Pod\nmetadata: {name: b}\n";
     let pods: Vec<Pod> = documents(text).unwrap();
-    let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    let names: Vec<_> = pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(names, ["a", "b"]);
 }
 
@@ -226,6 +239,9 @@ fn rejected_pods_name_the_field_and_reason() {
     ];
     for (yaml, want) in cases {
         let got = err(&yaml);
-        assert!(got.starts_with(want), "for\n{yaml}\n got: {got}\nwant: {want}");
+        assert!(
+            got.starts_with(want),
+            "for\n{yaml}\n got: {got}\nwant: {want}"
+        );
     }
 }
