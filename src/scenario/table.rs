@@ -29,8 +29,7 @@ fn pods_table(out: &mut String, pods: &[PodReport]) {
         "POD", "ADMITTED", "POD CPUS", "MEMS"
     );
     for p in pods {
-        let _ = writeln!(
-            out,
+        let line = format!(
             "{:<40} {:<9} {:<12} {:<6} {}",
             format!("{}/{}", p.namespace, p.name),
             if p.admitted { "yes" } else { "no" },
@@ -38,6 +37,7 @@ fn pods_table(out: &mut String, pods: &[PodReport]) {
             p.memory_nodes.as_deref().unwrap_or("-"),
             p.reason.as_deref().unwrap_or(""),
         );
+        let _ = writeln!(out, "{}", line.trim_end());
         if let Some(m) = &p.message {
             let _ = writeln!(out, "    {m}");
         }
