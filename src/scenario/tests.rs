@@ -42,7 +42,8 @@ fn the_none_policies_put_every_container_on_the_node_shared_pool() {
                 {"name": "app", "role": "app", "cpus": "0-3", "exclusive": false, "cpuQuota": 150000},
                 {"name": "helper", "role": "app", "cpus": "0-3", "exclusive": false, "cpuQuota": 200000}
             ]}],
-            "node": {"reservedCPUs": "0", "sharedCPUs": "0-3"}
+            // The none CPU policy reserves nothing (reservedSystemCPUs only shapes allocatable).
+            "node": {"reservedCPUs": "", "sharedCPUs": "0-3"}
         })
     );
     assert!(out.warnings.is_empty());
@@ -236,7 +237,7 @@ fn errors_name_the_scenario_entry_and_field() {
 #[test]
 fn the_table_marks_every_cpu() {
     let text = format!(
-        "{MACHINE}kubelet: {{reservedSystemCPUs: \"0\"}}\nunavailableCPUs: \"3\"\npods:\n{}",
+        "{MACHINE}kubelet: {{cpuManagerPolicy: static, reservedSystemCPUs: \"0\"}}\nunavailableCPUs: \"3\"\npods:\n{}",
         pod("a", "    containers: [{name: x}]\n")
     );
     let s = Scenario::from_str(&text, Path::new(".")).unwrap();
