@@ -4,7 +4,29 @@
 //! `state`) that implements [`HintProvider`](super::HintProvider).
 //!
 //! Owns CPU placement state (shared pool, container assignments, pod bubbles). Never does I/O,
-//! never logs decisions that change results, never reads a clock.
+//! never reads a clock; the same inputs always give the same CPUs.
+//!
+//! Sources: `cpu_assignment.go` and `topology/topology.go` at kubernetes 08715a58 (the allocator,
+//! verified against every row of `cpu_assignment_test.go` there), a PLRM-era `policy_static.go`,
+//! and the restore tests of kubernetes#141041 for pod-level re-admission.
+//!
+//! Header counters: [`CpuTopology::new`] derives them from the CPU map as kubelet's `Discover`
+//! does; [`CpuTopology::with_counts`] sets them by hand, which only kubelet's test fixtures need
+//! (two fixtures have headers that disagree with their CPU maps).
+//!
+//! Deliberate differences from kubelet, all in failure handling, never in which CPUs are chosen:
+//! * an empty reservation is accepted (kubelet refuses to start the static policy); callers warn;
+//! * `allocate` honours an existing assignment before the `full-pcpus-only` check, so replaying
+//!   admission after a restore cannot fail on CPUs the container already holds;
+//! * `allocate_pod` is all-or-nothing (kubelet could keep a bubble if partitioning failed, which
+//!   validation makes impossible);
+//! * the distributed allocator stops a remainder loop that makes no progress (kubelet would spin);
+//! * a stale bubble that overlaps the shared pool is dropped without touching the shared pool.
+//!
+//! Uncertain: which release passes `align-by-socket` into the distributed allocator (here: passed,
+//! as the 08715a58 signature allows). kubelet falls back to the socket id as the uncore id when a
+//! core has no split L3; `Topology::cpus[].uncore` must follow that convention for
+//! `prefer-align-cpus-by-uncorecache` to choose as kubelet does on real machines.
 
 mod accumulator;
 mod details;

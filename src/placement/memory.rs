@@ -6,6 +6,7 @@
 
 mod alloc;
 mod hints;
+mod pod;
 mod qos;
 mod table;
 
@@ -20,7 +21,7 @@ use crate::topology::Topology;
 /// Resource name of regular memory.
 pub const MEMORY: &str = "memory";
 
-/// Why the Memory Manager cannot start with this configuration.
+/// Why the Memory Manager cannot start with this configuration or restore this state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryError {
     #[error("[memorymanager] you should specify the system reserved memory")]
@@ -36,6 +37,14 @@ pub enum MemoryError {
         reserved: u64,
         total: u64,
     },
+    #[error("[memorymanager] machine state can not be empty when it has memory assignments")]
+    EmptyMachineState,
+    #[error("[memorymanager] (pod: {pod}, container: {container}) the memory assignment uses the NUMA that does not exist")]
+    UnknownAssignmentNode { pod: String, container: String },
+    #[error("[memorymanager] (pod: {pod}, container: {container}) the memory assignment uses memory resource that does not exist")]
+    UnknownAssignmentResource { pod: String, container: String },
+    #[error("[memorymanager] the expected machine state is different from the real one")]
+    MachineStateMismatch,
 }
 
 /// kubelet `MemoryTable` (bytes).
@@ -84,6 +93,8 @@ type Reusable = BTreeMap<String, BTreeMap<NumaMask, BTreeMap<String, u64>>>;
 pub struct MemoryManager {
     policy: MemoryPolicy,
     gates: FeatureGates,
+    /// The machine state with nothing allocated.
+    default_machine: BTreeMap<u32, NumaState>,
     state: MemoryState,
     reusable: Reusable,
 }
@@ -99,6 +110,7 @@ impl MemoryManager {
         Ok(Self {
             policy: config.memory_policy,
             gates: config.gates,
+            default_machine: machine.clone(),
             state: MemoryState {
                 machine,
                 ..MemoryState::default()
@@ -116,10 +128,24 @@ impl MemoryManager {
         &self.state
     }
 
-    /// Replaces the state (restore after restart); init-container reuse bookkeeping starts empty.
-    pub fn restore(&mut self, state: MemoryState) {
-        self.state = state;
+    /// Replaces the state (restore after restart) after kubelet's `validateState`: the machine
+    /// state must equal the default one charged with every stored block. An empty machine state
+    /// without assignments keeps the fresh state. Init-container reuse bookkeeping starts empty.
+    pub fn restore(&mut self, state: MemoryState) -> Result<(), MemoryError> {
+        if state.machine.is_empty() {
+            if !state.containers.is_empty() {
+                return Err(MemoryError::EmptyMachineState);
+            }
+            self.state = MemoryState {
+                machine: self.default_machine.clone(),
+                ..MemoryState::default()
+            };
+        } else {
+            table::validate_state(&self.default_machine, &state, self.gates)?;
+            self.state = state;
+        }
         self.reusable.clear();
+        Ok(())
     }
 
     /// kubelet `GetAllocatableMemory`: one single-node block per NUMA node and resource with
@@ -203,7 +229,7 @@ impl HintProvider for MemoryManager {
         if qos::skipped_by_gates(pod, self.gates) {
             return ResourceHints::new();
         }
-        if qos::plrm(pod, self.gates) && alloc::validate_pod_scope(pod, self.gates).is_err() {
+        if qos::plrm(pod, self.gates) && pod::validate_pod_scope(pod, self.gates).is_err() {
             return reqs.keys().map(|k| (k.clone(), Some(Vec::new()))).collect();
         }
         if reqs.is_empty() {
@@ -233,7 +259,7 @@ impl HintProvider for MemoryManager {
         if self.policy != MemoryPolicy::Static {
             return Ok(());
         }
-        alloc::allocate_pod(self, pod, hint)
+        pod::allocate_pod(self, pod, hint)
     }
 
     fn remove_container(&mut self, pod_uid: &str, container: &str) {

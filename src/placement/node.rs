@@ -27,14 +27,20 @@ pub enum NodeError {
     ReservedOutsideMachine { reserved: CpuSet, machine: CpuSet },
     #[error("unavailable CPUs {cpus} are not all free non-reserved CPUs ({free})")]
     UnavailableNotFree { cpus: CpuSet, free: CpuSet },
-    #[error(transparent)]
-    Cpu(#[from] CpuError),
+    #[error("kubeReserved.cpu + systemReserved.cpu: [cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")]
+    NoReservedCpus,
+    /// A CPU Manager start or restore error (kubelet's message), with the field it comes from.
+    #[error("{field}: {source}")]
+    Cpu {
+        field: &'static str,
+        source: CpuError,
+    },
     #[error("reservedMemory: {0}")]
     Memory(#[from] MemoryError),
     #[error("topologyManagerPolicyOptions: {0}")]
     Topology(#[from] TopologyManagerError),
-    #[error("snapshot does not fit this node: {0}")]
-    Snapshot(String),
+    #[error("memory_manager_state: {0}")]
+    MemoryState(MemoryError),
 }
 
 /// One admitted pod as the node remembers it.
@@ -286,12 +292,18 @@ impl Node {
         self.cpu.unavailable()
     }
 
+    /// The CPU Manager's reserved set: empty with `cpuManagerPolicy: none`, which keeps no
+    /// reserved set (the configured list then only matters for node allocatable).
     pub fn reserved_cpus(&self) -> CpuSet {
         self.cpu.reserved()
     }
 
-    /// All CPUs minus reserved (PodResources `GetAllocatableResources`).
+    /// PodResources `GetAllocatableResources` CPUs: all CPUs minus reserved with the static
+    /// policy; empty with policy `none` (kubelet's `nonePolicy.GetAllocatableCPUs`).
     pub fn allocatable_cpus(&self) -> CpuSet {
+        if self.config.cpu_policy == super::config::CpuPolicy::None {
+            return CpuSet::new();
+        }
         self.cpu.allocatable()
     }
 
@@ -309,18 +321,17 @@ impl Node {
         }
     }
 
-    /// Restores a snapshot taken from a node with the same topology and config.
+    /// Restores a snapshot taken from a node with the same topology and config, after the
+    /// kubelet's state validation of both managers; atomic: on error nothing changes.
     pub fn restore(&mut self, snapshot: NodeSnapshot) -> Result<(), NodeError> {
-        if snapshot
-            .memory
-            .machine
-            .keys()
-            .ne(self.memory.state().machine.keys())
-        {
-            return Err(NodeError::Snapshot("memory NUMA nodes differ".to_string()));
-        }
-        self.cpu.restore(snapshot.cpu)?;
-        self.memory.restore(snapshot.memory);
+        let mut cpu = self.cpu.clone();
+        let mut memory = self.memory.clone();
+        cpu.restore(snapshot.cpu)?;
+        memory
+            .restore(snapshot.memory)
+            .map_err(NodeError::MemoryState)?;
+        self.cpu = cpu;
+        self.memory = memory;
         self.pods = snapshot.pods;
         Ok(())
     }

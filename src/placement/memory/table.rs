@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{hugepage_resource_name, MemoryError, MemoryTable, NumaState, MEMORY};
+use super::{
+    hugepage_resource_name, Block, MemoryError, MemoryState, MemoryTable, NumaState, MEMORY,
+};
+use crate::placement::config::FeatureGates;
 use crate::placement::config::ReservedMemory;
 use crate::topology::Topology;
 
@@ -83,4 +86,102 @@ fn checked(node: u32, resource: &str, total: u64, reserved: u64) -> Result<u64, 
             reserved,
             total,
         })
+}
+
+/// kubelet `validateState`: recharge the default machine with every stored block (pod blocks for
+/// PLRM pods) and compare with the stored machine state.
+pub(super) fn validate_state(
+    default: &BTreeMap<u32, NumaState>,
+    state: &MemoryState,
+    gates: FeatureGates,
+) -> Result<(), MemoryError> {
+    let mut expected = default.clone();
+    for (pod, containers) in &state.containers {
+        if gates.pod_level_resource_managers {
+            if let Some(blocks) = state.pods.get(pod).filter(|b| !b.is_empty()) {
+                charge_expected(&mut expected, blocks, pod, "")?;
+                continue;
+            }
+        }
+        for (name, blocks) in containers {
+            charge_expected(&mut expected, blocks, pod, name)?;
+        }
+    }
+    if machines_equal(&state.machine, &expected) {
+        Ok(())
+    } else {
+        Err(MemoryError::MachineStateMismatch)
+    }
+}
+
+fn charge_expected(
+    machine: &mut BTreeMap<u32, NumaState>,
+    blocks: &[Block],
+    pod: &str,
+    container: &str,
+) -> Result<(), MemoryError> {
+    for b in blocks {
+        let mut size = b.size;
+        for id in &b.numa {
+            let node = machine
+                .get_mut(id)
+                .ok_or_else(|| MemoryError::UnknownAssignmentNode {
+                    pod: pod.to_string(),
+                    container: container.to_string(),
+                })?;
+            node.assignments += 1;
+            node.cells = b.numa.clone();
+            let t = node.memory.get_mut(&b.resource).ok_or_else(|| {
+                MemoryError::UnknownAssignmentResource {
+                    pod: pod.to_string(),
+                    container: container.to_string(),
+                }
+            })?;
+            let take = t.free.min(size);
+            t.reserved += take;
+            t.free -= take;
+            size -= take;
+        }
+    }
+    Ok(())
+}
+
+/// kubelet `areMachineStatesEqual`: same counters, groups and sizes; free/reserved compared as
+/// sums over the node's group.
+fn machines_equal(a: &BTreeMap<u32, NumaState>, b: &BTreeMap<u32, NumaState>) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let sorted = |c: &[u32]| {
+        let mut v = c.to_vec();
+        v.sort_unstable();
+        v
+    };
+    a.iter().all(|(id, na)| {
+        let Some(nb) = b.get(id) else { return false };
+        if na.assignments != nb.assignments
+            || sorted(&na.cells) != sorted(&nb.cells)
+            || na.memory.len() != nb.memory.len()
+        {
+            return false;
+        }
+        na.memory.iter().all(|(name, ta)| {
+            let Some(tb) = nb.memory.get(name) else {
+                return false;
+            };
+            if (ta.total, ta.system_reserved, ta.allocatable)
+                != (tb.total, tb.system_reserved, tb.allocatable)
+            {
+                return false;
+            }
+            let sum = |m: &BTreeMap<u32, NumaState>, f: fn(&MemoryTable) -> u64| -> u64 {
+                na.cells
+                    .iter()
+                    .filter_map(|c| m.get(c)?.memory.get(name).map(f))
+                    .sum()
+            };
+            sum(a, |t| t.free) == sum(b, |t| t.free)
+                && sum(a, |t| t.reserved) == sum(b, |t| t.reserved)
+        })
+    })
 }

@@ -2,8 +2,8 @@
 //! needs (hints, allocation, per-container sets, pools, CPUs held by others).
 
 use crate::cpuset::CpuSet;
-use crate::placement::config::{Config, ReservedCpus};
-use crate::placement::cpu::{ContainerAssignment, CpuManager, CpuState};
+use crate::placement::config::{Config, CpuPolicy, ReservedCpus};
+use crate::placement::cpu::{ContainerAssignment, CpuError, CpuManager, CpuState};
 use crate::placement::qos::IsolationLevel;
 use crate::placement::{
     AdmissionError, ContainerSpec, HintProvider, PodSpec, ResourceHints, TopologyHint,
@@ -31,9 +31,15 @@ impl CpuBackend {
                 });
             }
         }
-        Ok(Self {
-            manager: CpuManager::new(topology, config)?,
-        })
+        let none_reserved = match &config.reserved_cpus {
+            ReservedCpus::Explicit(set) => set.is_empty(),
+            ReservedCpus::Count { milli } => *milli == 0,
+        };
+        if config.cpu_policy == CpuPolicy::Static && none_reserved {
+            return Err(NodeError::NoReservedCpus);
+        }
+        let manager = CpuManager::new(topology, config).map_err(|e| cpu_error(e, config))?;
+        Ok(Self { manager })
     }
 
     /// Records `cpus` as an exclusive assignment of a pseudo pod, so they leave the shared pool
@@ -58,7 +64,7 @@ impl CpuBackend {
                 isolation: IsolationLevel::Container,
             });
         held.cpus = held.cpus.union(cpus);
-        self.manager.restore(state)?;
+        self.manager.restore(state).map_err(state_error)?;
         Ok(())
     }
 
@@ -97,8 +103,7 @@ impl CpuBackend {
     }
 
     pub(super) fn restore(&mut self, state: CpuState) -> Result<(), NodeError> {
-        self.manager.restore(state)?;
-        Ok(())
+        self.manager.restore(state).map_err(state_error)
     }
 }
 
@@ -122,5 +127,30 @@ impl HintProvider for CpuBackend {
     }
     fn remove_container(&mut self, pod_uid: &str, container: &str) {
         self.manager.remove_container(pod_uid, container);
+    }
+}
+
+/// Names the kubelet configuration field a CPU Manager start error comes from.
+fn cpu_error(source: CpuError, config: &Config) -> NodeError {
+    let field = match &source {
+        CpuError::ReserveMismatch { .. } | CpuError::UnknownReservedCpu { .. } => {
+            match config.reserved_cpus {
+                ReservedCpus::Explicit(_) => "reservedSystemCPUs",
+                ReservedCpus::Count { .. } => "kubeReserved.cpu + systemReserved.cpu",
+            }
+        }
+        CpuError::IncompatibleOptions(..) | CpuError::AlignBySocketHardware => {
+            "cpuManagerPolicyOptions"
+        }
+        CpuError::AlignBySocketSingleNuma => "topologyManagerPolicy",
+        _ => "cpuManagerPolicy",
+    };
+    NodeError::Cpu { field, source }
+}
+
+fn state_error(source: CpuError) -> NodeError {
+    NodeError::Cpu {
+        field: "cpu_manager_state",
+        source,
     }
 }

@@ -59,6 +59,14 @@ pub struct ContainerPlacement {
     pub hint: Option<TopologyHint>,
 }
 
+impl ContainerPlacement {
+    /// CRI `cpuset_mems` as the kubelet writes it: ids ascending, comma separated, no ranges.
+    pub fn cpuset_mems(&self) -> Option<String> {
+        let ids: Vec<String> = self.memory_nodes?.ids().map(|i| i.to_string()).collect();
+        Some(ids.join(","))
+    }
+}
+
 /// One pod's placement.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PodPlacement {

@@ -54,6 +54,8 @@ struct Setup {
     explicit_reserved: bool,
     memory: bool,
     plrm: bool,
+    /// Mark the highest CPU as held by others before any pod.
+    unavailable: bool,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -69,15 +71,17 @@ fn setup() -> impl Strategy<Value = Setup> {
         any::<bool>(),
         any::<bool>(),
         prop::bool::weighted(0.8),
+        any::<bool>(),
     )
         .prop_map(
-            |(shape, policy, scope, explicit_reserved, memory, plrm)| Setup {
+            |(shape, policy, scope, explicit_reserved, memory, plrm, unavailable)| Setup {
                 shape,
                 policy,
                 scope,
                 explicit_reserved,
                 memory,
                 plrm,
+                unavailable,
             },
         )
 }
@@ -284,6 +288,13 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(Node, Vec<String>), TestCaseError> 
             ))
         }
     };
+    if setup.unavailable {
+        let last = n.topology().cpus.iter().map(|c| c.id).max().unwrap_or(0);
+        if !n.reserved_cpus().contains(last) {
+            n.mark_unavailable(&std::iter::once(last).collect())
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+    }
     let fresh = n.snapshot();
     let mut admitted: Vec<String> = Vec::new();
     let mut log = Vec::new();

@@ -25,6 +25,13 @@ fn manager(topo: &str) -> CpuManager {
     CpuManager::new(&machine(topo), &cfg).unwrap()
 }
 
+/// (init containers, app containers, expected cpus per container).
+type Case = (
+    Vec<ContainerSpec>,
+    Vec<ContainerSpec>,
+    Vec<(&'static str, &'static str)>,
+);
+
 /// TestStaticPolicyAllocatePod cases with init containers and sidecars (topoDualSocketHT,
 /// reserved {0}, the fake topology manager's empty hint).
 #[test]
@@ -33,7 +40,7 @@ fn allocate_pod_with_init_and_sidecars() {
         affinity: None,
         preferred: true,
     };
-    let cases: Vec<(Vec<ContainerSpec>, Vec<ContainerSpec>, Vec<(&str, &str)>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             vec![
                 c("ngu-init-1", I, None),

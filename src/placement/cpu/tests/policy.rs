@@ -8,7 +8,7 @@ use crate::placement::cpu::{ContainerAssignment, CpuError, CpuManager, CpuTopolo
 use crate::placement::hint::NumaMask;
 use crate::placement::pod::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
 use crate::placement::qos::IsolationLevel;
-use crate::placement::{AdmissionError, HintProvider, TopologyHint};
+use crate::placement::{HintProvider, TopologyHint};
 use crate::topology::{CpuInfo, Topology};
 
 const GI: u64 = 1 << 30;

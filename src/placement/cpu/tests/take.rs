@@ -137,6 +137,40 @@ const ROWS: &[(&str, &str, &str, usize, Algo, &str)] = &[
         Algo::Distributed(1),
         "10-17,20-27,31-38,50-57,60-67,71-78",
     ),
+    // Further rows of cpu_assignment_test.go @08715a58 (commonTakeByTopologyTestCases,
+    // TestTakeByTopologyNUMAPacked, ...WithSpreadPhysicalCPUsPreferredOption, ...NUMADistributed).
+    ("zero", "topoSingleSocketHT", "0-7", 0, Algo::Packed, ""),
+    ("one", "topoSingleSocketHT", "0-7", 1, Algo::Packed, "0"),
+    ("all", "topoSingleSocketHT", "0-7", 8, Algo::Packed, "0-7"),
+    ("numa", "topoDualSocketMultiNumaPerSocketHT", "0-79", 20, Algo::Packed, "0-9,40-49"),
+    ("socket+numa", "topoDualSocketMultiNumaPerSocketHT", "0-79", 60, Algo::Packed, "0-29,40-69"),
+    ("32 cores", "topoDualSocketMultiNumaPerSocketHT", "0-79", 64, Algo::Packed, "0-31,40-71"),
+    ("hybrid", "topoSingleSocketSingleNumaPerSocketPCoreHTECoreST", "1-27", 2, Algo::Packed, "16-17"),
+    ("uncore one cpu", "topoDualSocketHT", "1-5,7-11", 1, Algo::Uncore, "1"),
+    ("uncore first", "topoUncoreDualSocketNoSMT", "0-15", 4, Algo::Uncore, "0-3"),
+    ("uncore second socket", "topoUncoreDualSocketNoSMT", "8-15", 4, Algo::Uncore, "8-11"),
+    ("uncore numa", "topoUncoreSingleSocketMultiNuma", "3-8,12", 2, Algo::Uncore, "4-5"),
+    ("uncore smt best", "topoUncoreSingleSocketSMT", "2-7,10-15", 6, Algo::Uncore, "4-6,12-14"),
+    ("uncore smt multiple", "topoUncoreSingleSocketSMT", "1-7,9-15", 10, Algo::Uncore, "1,4-7,9,12-15"),
+    ("spread 2", "topoDualSocketHT", "0-11", 2, Algo::Spread, "0,2"),
+    ("spread 3", "topoDualSocketHT", "0-11", 3, Algo::Spread, "0,2,4"),
+    ("spread 6", "topoDualSocketHT", "0-11", 6, Algo::Spread, "0,2,4,6,8,10"),
+    ("spread noht", "topoDualSocketNoHT", "0-7", 2, Algo::Spread, "0-1"),
+    ("spread multi numa", "topoDualSocketMultiNumaPerSocketHT", "0-79", 8, Algo::Spread, "0-7"),
+    ("spread quad", "topoQuadSocketFourWayHT", "0-287", 12, Algo::Spread, "0-2,9-10,13-14,21-22,25-26,33"),
+    ("dist 64", "topoDualSocketMultiNumaPerSocketHT", "0-79", 64, Algo::Distributed(1), "0-7,10-17,20-27,30-37,40-47,50-57,60-67,70-77"),
+    ("dist 48", "topoDualSocketMultiNumaPerSocketHT", "0-79", 48, Algo::Distributed(1), "0-7,10-17,20-27,40-47,50-57,60-67"),
+    ("dist 48 first", "topoDualSocketMultiNumaPerSocketHT", "1-29,32-39,41-69,72-79", 48, Algo::Distributed(1), "1-8,10-17,20-27,41-48,50-57,60-67"),
+    ("dist 16", "topoDualSocketMultiNumaPerSocketHT", "0-2,10-12,20-22,30-32,40-41,50-51,60-61,70-71", 16, Algo::Distributed(1), "0-1,10-11,20-21,30-31,40-41,50-51,60-61,70-71"),
+    ("dist g2 one", "topoDualSocketHT", "1-5,7-11", 1, Algo::Distributed(2), "2"),
+    ("dist 26", "topoDualSocketMultiNumaPerSocketHT", "0-79", 26, Algo::Distributed(1), "0-6,10-16,40-45,50-55"),
+    ("dist 26 g2", "topoDualSocketMultiNumaPerSocketHT", "0-79", 26, Algo::Distributed(2), "0-6,10-15,40-46,50-55"),
+    ("dist 62", "topoDualSocketMultiNumaPerSocketHT", "0-79", 62, Algo::Distributed(1), "0-7,10-17,20-27,30-37,40-47,50-57,60-66,70-76"),
+    ("dist 62 g2", "topoDualSocketMultiNumaPerSocketHT", "0-79", 62, Algo::Distributed(2), "0-7,10-17,20-27,30-36,40-47,50-57,60-67,70-76"),
+    ("dist 62 balance", "topoDualSocketMultiNumaPerSocketHT", "0-8,10-18,20-39,40-48,50-58,60-79", 62, Algo::Distributed(1), "0-7,10-17,20-27,30-37,40-46,50-56,60-67,70-77"),
+    ("dist 62 balance g2", "topoDualSocketMultiNumaPerSocketHT", "0-8,10-18,20-39,40-48,50-58,60-79", 62, Algo::Distributed(2), "0-7,10-16,20-27,30-37,40-47,50-56,60-67,70-77"),
+    ("dist remainder", "topoDualSocketMultiNumaPerSocketHT", "0-3,10-13,20-23,30-36,40-43,50-53,60-63,70-76", 34, Algo::Distributed(1), "0-3,10-13,20-23,30-34,40-43,50-53,60-63,70-74"),
+    ("dist live machine", "topoDualSocketMultiNumaPerSocketHTLarge", "0,128,30,31,158,159,43-47,171-175,62,63,190,191,75-79,203-207,94,96,222,223,101-111,229-239,126,127,254,255", 28, Algo::Distributed(1), "43-47,75-79,96,101-105,171-174,203-206,229-232"),
     // The common packed rows also run through the distributed allocator with group size 1.
     (
         "T2d",
@@ -181,7 +215,7 @@ fn take_by_topology_rows() {
             Ok(cpus) => cpus.to_string(),
             Err(e) => format!("error: {e}"),
         };
-        let want = if want.starts_with("error") {
+        let want = if want.starts_with("error") || want.is_empty() {
             want.to_string()
         } else {
             set(want).to_string()
@@ -203,6 +237,17 @@ fn free_cpu_order() {
             vec![0, 6, 2, 8, 4, 10, 1, 7, 3, 9, 5, 11],
         ),
         ("topoSingleSocketHT", "3-7", vec![4, 5, 6, 3, 7]),
+        ("topoSingleSocketHT", "0-7", vec![0, 4, 1, 5, 2, 6, 3, 7]),
+        (
+            "topoDualSocketHT",
+            "1-11",
+            vec![6, 2, 8, 4, 10, 1, 7, 3, 9, 5, 11],
+        ),
+        (
+            "topoDualSocketHT",
+            "1-5,7-11",
+            vec![2, 8, 4, 10, 1, 7, 3, 9, 5, 11],
+        ),
         (
             "topoTripleSocketHT",
             "0-3,6-13",
@@ -216,8 +261,19 @@ fn free_cpu_order() {
 
 #[test]
 fn free_core_order() {
-    let topo = kubelet_topo("topoDualSocketHT");
-    assert_eq!(acc(&topo, "2-5,8-11").free_cores(), vec![2, 4, 3, 5]);
+    for (topo_name, avail, want) in [
+        ("topoSingleSocketHT", "0-7", vec![0, 1, 2, 3]),
+        ("topoSingleSocketHT", "0-2,4-6", vec![0, 1, 2]),
+        ("topoSingleSocketHT", "0-6", vec![0, 1, 2]),
+        ("topoSingleSocketHT", "", vec![]),
+        ("topoSingleSocketHT", "0-3", vec![]),
+        ("topoDualSocketHT", "0-11", vec![0, 2, 4, 1, 3, 5]),
+        ("topoDualSocketHT", "1-5,7-11", vec![2, 4, 1, 3, 5]),
+        ("topoDualSocketHT", "2-5,8-11", vec![2, 4, 3, 5]),
+    ] {
+        let topo = kubelet_topo(topo_name);
+        assert_eq!(acc(&topo, avail).free_cores(), want, "{topo_name} {avail}");
+    }
 }
 
 #[test]
@@ -226,9 +282,46 @@ fn free_sockets_and_numa_nodes() {
     let a = acc(&topo, "1-59,61-79");
     assert!(a.free_sockets().is_empty());
     assert_eq!(a.free_numa_nodes(), vec![1, 3]);
-    let all = acc(&topo, "0-79");
-    assert_eq!(all.free_sockets(), vec![0, 1]);
-    assert_eq!(all.free_numa_nodes(), vec![0, 1, 2, 3]);
+    for (avail, sockets, numas) in [
+        ("0-79", vec![0, 1], vec![0, 1, 2, 3]),
+        ("1-79", vec![1], vec![1, 2, 3]),
+        ("1-9,11-79", vec![1], vec![2, 3]),
+    ] {
+        let a = acc(&topo, avail);
+        assert_eq!(a.free_sockets(), sockets, "{avail}");
+        assert_eq!(a.free_numa_nodes(), numas, "{avail}");
+    }
+    for (topo_name, avail, numas) in [
+        (
+            "topoDualSocketMultiNumaPerSocketHT",
+            "1-9,11-59,61-79",
+            vec![3],
+        ),
+        (
+            "topoDualSocketMultiNumaPerSocketHT",
+            "1-9,11-59,61-78",
+            vec![],
+        ),
+        ("fakeTopoMultiSocketDualSocketPerNumaHT", "0-79", vec![0, 1]),
+        (
+            "fakeTopoMultiSocketDualSocketPerNumaHT",
+            "0-9,11-79",
+            vec![1],
+        ),
+        (
+            "fakeTopoMultiSocketDualSocketPerNumaHT",
+            "0-9,11-59,61-79",
+            vec![],
+        ),
+        ("topoDualSocketHT", "0,2-9,11", vec![]),
+    ] {
+        let topo = kubelet_topo(topo_name);
+        assert_eq!(
+            acc(&topo, avail).free_numa_nodes(),
+            numas,
+            "{topo_name} {avail}"
+        );
+    }
 }
 
 #[test]

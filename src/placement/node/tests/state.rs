@@ -1,0 +1,170 @@
+//! Config errors, CPUs held by others, snapshots and restore, CRI formatting helpers.
+
+use super::*;
+
+#[test]
+fn unavailable_cpus_are_never_granted() {
+    let mut n = node(static_config(
+        TopologyPolicy::BestEffort,
+        TopologyScope::Container,
+    ));
+    n.mark_unavailable(&cpus("1-5")).unwrap();
+    assert_eq!(n.unavailable_cpus(), cpus("1-5"));
+    assert_eq!(n.shared_cpus(), cpus("0,6-11"));
+    let p = pod(
+        "p",
+        vec![],
+        vec![gu("a", ContainerRole::App, 5000, GI)],
+        None,
+    );
+    let placed = n.admit(&p).unwrap();
+    assert_eq!(
+        placed.containers[0].cpus,
+        cpus("6-11")
+            .difference(&n.shared_cpus())
+            .union(&placed.containers[0].cpus)
+            .intersection(&cpus("6-11"))
+    );
+    assert!(placed.containers[0].cpus.is_disjoint(&cpus("0-5")));
+    assert!(
+        n.mark_unavailable(&cpus("0")).is_err(),
+        "reserved CPUs cannot be marked"
+    );
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
+    c.reserved_cpus = ReservedCpus::Explicit(cpus("12-13"));
+    let err = Node::new(dual_socket_ht(), c).unwrap_err();
+    assert!(err.to_string().starts_with("reservedSystemCPUs:"), "{err}");
+    let mut c = with_memory(static_config(
+        TopologyPolicy::None,
+        TopologyScope::Container,
+    ));
+    c.reserved_memory.clear();
+    assert_eq!(
+        Node::new(dual_socket_ht(), c).unwrap_err().to_string(),
+        "reservedMemory: [memorymanager] you should specify the system reserved memory"
+    );
+}
+
+#[test]
+fn snapshot_round_trips_and_restores() {
+    let mut n = node(with_memory(static_config(
+        TopologyPolicy::Restricted,
+        TopologyScope::Pod,
+    )));
+    let p = pod(
+        "p",
+        vec![],
+        vec![gu("gu", ContainerRole::App, 2000, 2 * GI), bare("s")],
+        Some((3000, 4 * GI)),
+    );
+    let placed = n.admit(&p).unwrap();
+    let json = serde_json::to_string(&n.snapshot()).unwrap();
+    let mut other = node(with_memory(static_config(
+        TopologyPolicy::Restricted,
+        TopologyScope::Pod,
+    )));
+    other.restore(serde_json::from_str(&json).unwrap()).unwrap();
+    assert_eq!(other.snapshot(), n.snapshot());
+    assert_eq!(other.placement("p"), Some(placed));
+    assert_eq!(
+        other.admit(&p).unwrap(),
+        n.placement("p").unwrap(),
+        "re-admission is idempotent"
+    );
+}
+
+#[test]
+fn static_policy_needs_reserved_cpus() {
+    let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
+    c.reserved_cpus = ReservedCpus::Count { milli: 0 };
+    assert_eq!(
+        Node::new(dual_socket_ht(), c).unwrap_err(),
+        NodeError::NoReservedCpus
+    );
+    let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
+    c.reserved_cpus = ReservedCpus::Count { milli: 1500 };
+    assert_eq!(
+        node(c).reserved_cpus(),
+        cpus("0,6"),
+        "ceil(1500m) = 2 CPUs, one whole core"
+    );
+}
+
+#[test]
+fn restore_is_validated_and_atomic() {
+    let config = with_memory(static_config(
+        TopologyPolicy::BestEffort,
+        TopologyScope::Container,
+    ));
+    let mut n = node(config.clone());
+    let p = pod(
+        "p",
+        vec![],
+        vec![gu("a", ContainerRole::App, 2000, 2 * GI)],
+        None,
+    );
+    n.admit(&p).unwrap();
+    let good = n.snapshot();
+    let mut json: serde_json::Value = serde_json::to_value(&good).unwrap();
+    // Corrupt the memory part: the CPU part alone would restore fine.
+    json["memory"]["machine"]["0"]["memory"]["memory"]["free"] = serde_json::json!(1);
+    let bad: NodeSnapshot = serde_json::from_value(json).unwrap();
+    let mut other = node(config);
+    let before = other.snapshot();
+    let err = other.restore(bad).unwrap_err();
+    assert!(
+        err.to_string().starts_with("memory_manager_state: "),
+        "{err}"
+    );
+    assert_eq!(other.snapshot(), before);
+    other.restore(good).unwrap();
+    assert_eq!(
+        other.container("p", "a").unwrap().cpuset_mems(),
+        n.container("p", "a").unwrap().cpuset_mems()
+    );
+}
+
+#[test]
+fn cpuset_mems_is_a_plain_sorted_list() {
+    let c = ContainerPlacement {
+        name: "c".into(),
+        role: ContainerRole::App,
+        cpus: CpuSet::new(),
+        exclusive: false,
+        isolation: Isolation::Host,
+        cpu_quota: CpuQuota::Keep,
+        memory_nodes: Some(NumaMask::from_ids([3, 0, 1])),
+        memory: vec![],
+        hint: None,
+    };
+    assert_eq!(c.cpuset_mems().as_deref(), Some("0,1,3"));
+    assert_eq!(
+        ContainerPlacement {
+            memory_nodes: None,
+            ..c
+        }
+        .cpuset_mems(),
+        None
+    );
+    assert_eq!(CpuQuota::Unlimited.apply(50_000), -1);
+    assert_eq!(CpuQuota::Keep.apply(50_000), 50_000);
+}
+
+#[test]
+fn policy_none_has_no_reserved_or_allocatable_cpus() {
+    let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
+    c.cpu_policy = CpuPolicy::None;
+    let n = node(c);
+    assert_eq!(n.reserved_cpus(), CpuSet::new());
+    assert_eq!(n.allocatable_cpus(), CpuSet::new());
+    assert_eq!(n.shared_cpus(), cpus("0-11"));
+    let s = node(static_config(
+        TopologyPolicy::None,
+        TopologyScope::Container,
+    ));
+    assert_eq!(s.allocatable_cpus(), cpus("1-11"));
+}
