@@ -58,7 +58,11 @@ pub fn render_table(topology: &Topology) -> String {
     );
     for node in &topology.numa {
         let cpus = topology.cpus_in_numa(node.id);
-        let cpu_text = if cpus.is_empty() { "none".to_string() } else { cpus.to_list() };
+        let cpu_text = if cpus.is_empty() {
+            "none".to_string()
+        } else {
+            cpus.to_list()
+        };
         let hugepages: Vec<String> = node
             .hugepages
             .iter()

@@ -79,7 +79,11 @@ impl FakeSysfs {
         for info in &self.topology.cpus {
             let dir = format!("{cpu}/cpu{}", info.id);
             let is_online = online.contains(info.id);
-            write_file(sysfs_root, &format!("{dir}/online"), if is_online { "1" } else { "0" })?;
+            write_file(
+                sysfs_root,
+                &format!("{dir}/online"),
+                if is_online { "1" } else { "0" },
+            )?;
             if !is_online {
                 continue;
             }
@@ -96,9 +100,19 @@ impl FakeSysfs {
         }
     }
 
-    fn write_cpu_topology(&self, root: &Path, dir: &str, info: &CpuInfo, rank: u32) -> io::Result<()> {
+    fn write_cpu_topology(
+        &self,
+        root: &Path,
+        dir: &str,
+        info: &CpuInfo,
+        rank: u32,
+    ) -> io::Result<()> {
         let t = format!("{dir}/topology");
-        write_file(root, &format!("{t}/physical_package_id"), &info.socket.to_string())?;
+        write_file(
+            root,
+            &format!("{t}/physical_package_id"),
+            &info.socket.to_string(),
+        )?;
         write_file(root, &format!("{t}/die_id"), &info.die.to_string())?;
         write_file(root, &format!("{t}/core_id"), &rank.to_string())?;
         if self.sibling_lists {
@@ -117,8 +131,12 @@ impl FakeSysfs {
         rank: u32,
         online: &CpuSet,
     ) -> io::Result<()> {
-        let core = self.cpus_where(|c| c.core == info.core).intersection(online);
-        let l3 = self.cpus_where(|c| c.uncore == info.uncore).intersection(online);
+        let core = self
+            .cpus_where(|c| c.core == info.core)
+            .intersection(online);
+        let l3 = self
+            .cpus_where(|c| c.uncore == info.uncore)
+            .intersection(online);
         let l1_id = info.socket * 1000 + rank;
         let caches = [
             (1, "Data", l1_id, &core),
@@ -159,7 +177,10 @@ impl FakeSysfs {
     fn write_flat_memory(&self, root: &Path) -> io::Result<()> {
         let memory: u64 = self.topology.numa.iter().map(|n| n.memory).sum();
         if memory > 0 {
-            let meminfo = format!("MemTotal:       {} kB\nMemFree:        0 kB\n", memory / 1024);
+            let meminfo = format!(
+                "MemTotal:       {} kB\nMemFree:        0 kB\n",
+                memory / 1024
+            );
             fs::create_dir_all(root.join("../proc"))?;
             fs::write(root.join("../proc/meminfo"), meminfo)?;
         }
@@ -173,7 +194,12 @@ impl FakeSysfs {
     }
 
     fn cpus_where(&self, keep: impl Fn(&CpuInfo) -> bool) -> CpuSet {
-        self.topology.cpus.iter().filter(|c| keep(c)).map(|c| c.id).collect()
+        self.topology
+            .cpus
+            .iter()
+            .filter(|c| keep(c))
+            .map(|c| c.id)
+            .collect()
     }
 }
 

@@ -158,7 +158,8 @@ impl From<Topology> for TopologyJson {
                 uncore: c.uncore,
             })
             .collect();
-        let unknown = |n: &NumaNode| n.memory == 0 && n.hugepages.is_empty() && n.distances.is_empty();
+        let unknown =
+            |n: &NumaNode| n.memory == 0 && n.hugepages.is_empty() && n.distances.is_empty();
         let derivable = t.numa.iter().all(unknown) && t.numa == derived_nodes(&t.cpus);
         let numa = (!derivable).then(|| {
             t.numa
@@ -253,7 +254,9 @@ impl<'de> serde::Deserialize<'de> for Hugepages {
             let field = format!("hugepages {size:?}");
             let bytes = quantity_bytes(&field, &size).map_err(serde::de::Error::custom)?;
             if bytes == 0 {
-                return Err(serde::de::Error::custom(TopologyError::ZeroPageSize { field }));
+                return Err(serde::de::Error::custom(TopologyError::ZeroPageSize {
+                    field,
+                }));
             }
             let total = quantity_bytes(&field, &total.0).map_err(serde::de::Error::custom)?;
             out.insert(bytes, total);

@@ -61,9 +61,15 @@ impl SyntheticSpec {
 
     /// Number of logical CPUs.
     pub fn num_cpus(&self) -> u64 {
-        [self.numa_per_socket, self.cores_per_numa, self.threads_per_core]
-            .into_iter()
-            .fold(u64::from(self.sockets), |n, k| n.saturating_mul(u64::from(k)))
+        [
+            self.numa_per_socket,
+            self.cores_per_numa,
+            self.threads_per_core,
+        ]
+        .into_iter()
+        .fold(u64::from(self.sockets), |n, k| {
+            n.saturating_mul(u64::from(k))
+        })
     }
 
     /// Builds the machine.
@@ -101,7 +107,9 @@ impl SyntheticSpec {
     fn distance(&self, from: u32, to: u32) -> u32 {
         if from == to {
             10
-        } else if self.numa_per_socket == 1 || from / self.numa_per_socket == to / self.numa_per_socket {
+        } else if self.numa_per_socket == 1
+            || from / self.numa_per_socket == to / self.numa_per_socket
+        {
             21
         } else {
             31
@@ -120,7 +128,7 @@ impl SyntheticSpec {
                 return Err(SyntheticError::Zero(name));
             }
         }
-        if self.cores_per_numa % self.uncore_per_numa != 0 {
+        if !self.cores_per_numa.is_multiple_of(self.uncore_per_numa) {
             return Err(SyntheticError::UncoreSplit {
                 cores: self.cores_per_numa,
                 uncore: self.uncore_per_numa,

@@ -35,14 +35,18 @@
 //! `cpuset.mems = 0`, so any other node id would be unusable for memory placement.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tracing::{debug, warn};
 
 use super::{CpuInfo, NumaNode, Topology, TopologyError};
 use crate::cpuset::CpuSet;
+use read::{
+    dir_entries, malformed, numbered_entries, parse_cpulist, parse_id, read_cpulist, read_id,
+    read_optional, read_text,
+};
+
+mod read;
 
 const CPU_DIR: &str = "devices/system/cpu";
 const NODE_DIR: &str = "devices/system/node";
@@ -109,10 +113,7 @@ fn read_cpu(cpu_dir: &Path, cpu: u32) -> Result<RawCpu, TopologyError> {
 }
 
 /// The NUMA nodes, and for each its online CPUs (every online CPU on exactly one node).
-fn read_nodes(
-    root: &Path,
-    online: &CpuSet,
-) -> Result<(Vec<NumaNode>, Vec<CpuSet>), TopologyError> {
+fn read_nodes(root: &Path, online: &CpuSet) -> Result<(Vec<NumaNode>, Vec<CpuSet>), TopologyError> {
     let node_dir = root.join(NODE_DIR);
     let ids = numbered_entries(&node_dir, "node")?;
     if ids.is_empty() {
@@ -275,7 +276,8 @@ fn shared_count(dir: &Path) -> Result<Option<usize>, TopologyError> {
     };
     let mut count = 0;
     for word in text.trim().split(',') {
-        let bits = u64::from_str_radix(word.trim(), 16).map_err(|_| malformed(&map, "a hex cpu mask", &text))?;
+        let bits = u64::from_str_radix(word.trim(), 16)
+            .map_err(|_| malformed(&map, "a hex cpu mask", &text))?;
         count += bits.count_ones() as usize;
     }
     Ok(Some(count))
@@ -321,9 +323,9 @@ fn read_hugepages(dir: &Path) -> Result<BTreeMap<u64, u64>, TopologyError> {
             .parse()
             .map_err(|_| malformed(&nr_path, "a page count", &nr_text))?;
         let size = kb * 1024;
-        let total = pages
-            .checked_mul(size)
-            .ok_or_else(|| malformed(&nr_path, "a page count that fits in 64-bit bytes", &nr_text))?;
+        let total = pages.checked_mul(size).ok_or_else(|| {
+            malformed(&nr_path, "a page count that fits in 64-bit bytes", &nr_text)
+        })?;
         out.insert(size, total);
     }
     Ok(out)
@@ -336,89 +338,11 @@ fn read_distances(path: &Path) -> Result<Vec<u32>, TopologyError> {
         return Ok(Vec::new());
     };
     text.split_whitespace()
-        .map(|d| d.parse().map_err(|_| malformed(path, "space-separated distances", &text)))
+        .map(|d| {
+            d.parse()
+                .map_err(|_| malformed(path, "space-separated distances", &text))
+        })
         .collect()
-}
-
-/// Ids `n` of the entries named `<prefix><n>` in `dir`, ascending; empty if `dir` is absent.
-fn numbered_entries(dir: &Path, prefix: &str) -> Result<Vec<u32>, TopologyError> {
-    let mut ids: Vec<u32> = dir_entries(dir)?
-        .into_iter()
-        .filter_map(|(name, _)| name.strip_prefix(prefix)?.parse().ok())
-        .collect();
-    ids.sort_unstable();
-    Ok(ids)
-}
-
-/// (name, path) of every entry of `dir`; empty if `dir` does not exist.
-fn dir_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, TopologyError> {
-    let read_err = |source| TopologyError::Read {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(read_err(e)),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(read_err)?;
-        out.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
-    }
-    Ok(out)
-}
-
-fn read_text(path: &Path) -> Result<String, TopologyError> {
-    fs::read_to_string(path).map_err(|source| TopologyError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// The file's text, or `None` when it does not exist.
-fn read_optional(path: &Path) -> Result<Option<String>, TopologyError> {
-    match fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(TopologyError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-fn read_cpulist(path: &Path) -> Result<CpuSet, TopologyError> {
-    parse_cpulist(path, &read_text(path)?)
-}
-
-fn parse_cpulist(path: &Path, text: &str) -> Result<CpuSet, TopologyError> {
-    CpuSet::parse(text).map_err(|source| TopologyError::CpuList {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-fn read_id(path: &Path) -> Result<u32, TopologyError> {
-    parse_id(path, &read_text(path)?)
-}
-
-/// A non-negative id; "-1" (unknown, seen for package and die ids in some VMs) reads as 0.
-fn parse_id(path: &Path, text: &str) -> Result<u32, TopologyError> {
-    match text.trim() {
-        "-1" => Ok(0),
-        t => t
-            .parse()
-            .map_err(|_| malformed(path, "an unsigned integer", text)),
-    }
-}
-
-fn malformed(path: &Path, expected: &'static str, content: &str) -> TopologyError {
-    TopologyError::Malformed {
-        path: path.to_path_buf(),
-        expected,
-        content: content.trim().to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ fn readme_rows() -> Vec<Row> {
         .filter_map(|line| {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
             let file = cells.get(1)?.strip_suffix(".json")?;
-            let counts: Vec<Option<usize>> = cells.get(3)?.split('/').map(|c| c.parse().ok()).collect();
+            let counts: Vec<Option<usize>> =
+                cells.get(3)?.split('/').map(|c| c.parse().ok()).collect();
             Some(Row {
                 file: format!("{file}.json"),
                 header: counts.try_into().ok()?,
@@ -80,7 +81,12 @@ fn fixtures_round_trip_and_keep_numa_absent() {
         let t = Topology::load(&path).unwrap();
         let text = t.to_json().unwrap();
         assert!(!text.contains("\"numa\": ["), "{}", path.display());
-        assert_eq!(Topology::from_json_str(&text).unwrap(), t, "{}", path.display());
+        assert_eq!(
+            Topology::from_json_str(&text).unwrap(),
+            t,
+            "{}",
+            path.display()
+        );
     }
 }
 
@@ -96,7 +102,10 @@ fn spec_example_reads_quantities() {
     assert_eq!(t.cpus.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 1]);
     assert_eq!(t.numa[0].id, 0);
     assert_eq!(t.numa[0].memory, 64 << 30);
-    assert_eq!(t.numa[0].hugepages, BTreeMap::from([(2 << 20, 0), (1 << 30, 0)]));
+    assert_eq!(
+        t.numa[0].hugepages,
+        BTreeMap::from([(2 << 20, 0), (1 << 30, 0)])
+    );
     // Listed 1 then 0: distance vectors are indexed by node id, not by listing order.
     assert_eq!(t.numa[0].distances, [10, 21]);
     assert_eq!(t.numa[1].distances, [21, 10]);
@@ -110,9 +119,13 @@ fn writes_binary_quantities_and_hugepages_by_size() {
     spec.hugepages_per_numa = BTreeMap::from([(1 << 30, 2 << 30), (2 << 20, 0)]);
     let t = spec.build().unwrap();
     let text = t.to_json().unwrap();
-    let want_node = r#"{"id":0,"memory":"6252756Ki","hugepages":{"2Mi":"0","1Gi":"2Gi"},"distances":[10,21]}"#;
+    let want_node =
+        r#"{"id":0,"memory":"6252756Ki","hugepages":{"2Mi":"0","1Gi":"2Gi"},"distances":[10,21]}"#;
     assert!(text.contains(want_node), "{text}");
-    assert!(text.contains(r#"{"id":5,"core":1,"socket":0,"numa":0,"uncore":0}"#), "{text}");
+    assert!(
+        text.contains(r#"{"id":5,"core":1,"socket":0,"numa":0,"uncore":0}"#),
+        "{text}"
+    );
     assert_eq!(text.lines().count(), 2 + 8 + 2 + 2 + 2, "{text}");
     assert_eq!(Topology::from_json_str(&text).unwrap(), t);
 }
@@ -122,7 +135,10 @@ fn die_is_written_only_when_set() {
     let mut t = SyntheticSpec::new(1, 1, 2, 1, 1).build().unwrap();
     t.cpus[1].die = 3;
     let text = t.to_json().unwrap();
-    assert!(text.contains(r#""die":3"#) && text.matches("die").count() == 1, "{text}");
+    assert!(
+        text.contains(r#""die":3"#) && text.matches("die").count() == 1,
+        "{text}"
+    );
     assert_eq!(Topology::from_json_str(&text).unwrap(), t);
 }
 
@@ -158,7 +174,10 @@ fn refuses_bad_documents_with_reason() {
     let cpu0 = r#"{"id": 0, "core": 0, "socket": 0}"#;
     for (text, reason) in [
         (r#"{"cpus": []}"#.to_string(), "no cpu"),
-        (format!(r#"{{"cpus": [{cpu0}, {cpu0}]}}"#), "cpu 0 is listed twice"),
+        (
+            format!(r#"{{"cpus": [{cpu0}, {cpu0}]}}"#),
+            "cpu 0 is listed twice",
+        ),
         (
             format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 1}}]}}"#),
             "cpu 0 is on numa node 0, which is not in the numa list",
@@ -171,9 +190,18 @@ fn refuses_bad_documents_with_reason() {
             format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "distances": [10, 20]}}]}}"#),
             "numa node 0 has 2 distances",
         ),
-        (format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "memory": "lots"}}]}}"#), "memory"),
-        (format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "memory": "1.5"}}]}}"#), "not a whole"),
-        (format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "memory": "-1Gi"}}]}}"#), "not a whole"),
+        (
+            format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "memory": "lots"}}]}}"#),
+            "memory",
+        ),
+        (
+            format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "memory": "1.5"}}]}}"#),
+            "not a whole",
+        ),
+        (
+            format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "memory": "-1Gi"}}]}}"#),
+            "not a whole",
+        ),
         (
             format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "hugepages": {{"0": "0"}}}}]}}"#),
             "hugepages \"0\": a hugepage size must be positive",
@@ -182,11 +210,17 @@ fn refuses_bad_documents_with_reason() {
             format!(r#"{{"cpus": [{cpu0}], "numa": [{{"id": 0, "hugepages": {{"2Mi": "x"}}}}]}}"#),
             "hugepages",
         ),
-        (r#"{"cpus": [{"id": 0, "socket": 0}]}"#.to_string(), "missing field `core`"),
+        (
+            r#"{"cpus": [{"id": 0, "socket": 0}]}"#.to_string(),
+            "missing field `core`",
+        ),
         ("not json".to_string(), "topology json <string>"),
     ] {
         let err = Topology::from_json_str(&text).unwrap_err().to_string();
-        assert!(err.contains(reason), "{text}: {err:?} does not say {reason:?}");
+        assert!(
+            err.contains(reason),
+            "{text}: {err:?} does not say {reason:?}"
+        );
     }
 }
 
@@ -219,6 +253,8 @@ fn topology_is_a_serde_type_for_inline_yaml() {
     assert_eq!(t.numa[0].memory, 8 << 30);
     assert_eq!(t.num_cores(), 1);
     let bad = "cpus: []\n";
-    let err = serde_yaml_ng::from_str::<Topology>(bad).unwrap_err().to_string();
+    let err = serde_yaml_ng::from_str::<Topology>(bad)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no cpu"), "{err}");
 }

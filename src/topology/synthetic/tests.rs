@@ -13,20 +13,34 @@ fn check_shape(spec: &SyntheticSpec, t: &Topology) {
     assert_eq!(t.num_sockets(), spec.sockets as usize);
     assert_eq!(t.numa.len(), numa_count as usize);
     assert_eq!(t.num_numa_nodes(), numa_count as usize);
-    assert_eq!(t.num_uncore_caches(), (numa_count * spec.uncore_per_numa) as usize);
+    assert_eq!(
+        t.num_uncore_caches(),
+        (numa_count * spec.uncore_per_numa) as usize
+    );
     for cpu in &t.cpus {
         // Threads of core c are {c, c + ncores, ...}; the core id is the lowest of them.
         assert_eq!(cpu.core, cpu.id % ncores, "{cpu:?}");
         let sibling = t.cpu(cpu.core).unwrap();
-        assert_eq!((sibling.socket, sibling.numa, sibling.uncore), (cpu.socket, cpu.numa, cpu.uncore));
+        assert_eq!(
+            (sibling.socket, sibling.numa, sibling.uncore),
+            (cpu.socket, cpu.numa, cpu.uncore)
+        );
         assert_eq!(cpu.socket, cpu.numa / spec.numa_per_socket, "{cpu:?}");
     }
     for node in &t.numa {
         let cpus = t.cpus_in_numa(node.id);
-        assert_eq!(cpus.len() as u32, spec.cores_per_numa * spec.threads_per_core);
+        assert_eq!(
+            cpus.len() as u32,
+            spec.cores_per_numa * spec.threads_per_core
+        );
         let cores: BTreeSet<u32> = cpus.iter().map(|c| c % ncores).collect();
         let lo = node.id * spec.cores_per_numa;
-        assert_eq!(cores, (lo..lo + spec.cores_per_numa).collect(), "node {}", node.id);
+        assert_eq!(
+            cores,
+            (lo..lo + spec.cores_per_numa).collect(),
+            "node {}",
+            node.id
+        );
         assert_eq!(node.memory, spec.memory_per_numa);
         assert_eq!(node.distances.len(), t.numa.len());
         for (to, d) in node.distances.iter().enumerate() {
@@ -78,20 +92,36 @@ fn four_way_smt_and_no_smt() {
     let spec = SyntheticSpec::new(1, 1, 4, 4, 1);
     let t = spec.build().unwrap();
     check_shape(&spec, &t);
-    assert_eq!(t.cpus.iter().filter(|c| c.core == 1).map(|c| c.id).collect::<Vec<_>>(), [1, 5, 9, 13]);
+    assert_eq!(
+        t.cpus
+            .iter()
+            .filter(|c| c.core == 1)
+            .map(|c| c.id)
+            .collect::<Vec<_>>(),
+        [1, 5, 9, 13]
+    );
     let spec = SyntheticSpec::new(2, 1, 4, 1, 1);
     check_shape(&spec, &spec.build().unwrap());
 }
 
 #[test]
 fn refuses_impossible_shapes() {
-    assert_eq!(SyntheticSpec::new(0, 1, 1, 1, 1).build(), Err(SyntheticError::Zero("sockets")));
+    assert_eq!(
+        SyntheticSpec::new(0, 1, 1, 1, 1).build(),
+        Err(SyntheticError::Zero("sockets"))
+    );
     assert_eq!(
         SyntheticSpec::new(1, 1, 6, 1, 4).build(),
-        Err(SyntheticError::UncoreSplit { cores: 6, uncore: 4 })
+        Err(SyntheticError::UncoreSplit {
+            cores: 6,
+            uncore: 4
+        })
     );
     let huge = SyntheticSpec::new(u32::MAX, u32::MAX, u32::MAX, u32::MAX, 1);
-    assert!(matches!(huge.build(), Err(SyntheticError::TooManyCpus { .. })));
+    assert!(matches!(
+        huge.build(),
+        Err(SyntheticError::TooManyCpus { .. })
+    ));
 }
 
 #[test]

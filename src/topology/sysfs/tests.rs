@@ -3,6 +3,8 @@
 //! a few ids by hand so that writer and reader cannot agree on a mistake unnoticed.
 
 use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
 
 use super::*;
 use crate::topology::fake::{remove, write_file, FakeSysfs};
@@ -94,7 +96,10 @@ fn this_two_cpu_vm_read_from_literal_files() {
         &format!("{n}/meminfo"),
         "Node 0 MemTotal:        6252756 kB\nNode 0 MemFree:         3664188 kB\n",
     );
-    w(&format!("{n}/hugepages/hugepages-1048576kB/nr_hugepages"), "0");
+    w(
+        &format!("{n}/hugepages/hugepages-1048576kB/nr_hugepages"),
+        "0",
+    );
     w(&format!("{n}/hugepages/hugepages-2048kB/nr_hugepages"), "0");
 
     let t = discover(root).unwrap();
@@ -115,7 +120,10 @@ fn dual_socket_ht_core_is_lowest_sibling_not_sysfs_core_id() {
     let got = discover(&root).unwrap();
     assert_eq!(got, want);
     let cpu12 = got.cpu(12).unwrap();
-    assert_eq!((cpu12.core, cpu12.socket, cpu12.numa, cpu12.uncore), (4, 1, 1, 1));
+    assert_eq!(
+        (cpu12.core, cpu12.socket, cpu12.numa, cpu12.uncore),
+        (4, 1, 1, 1)
+    );
 }
 
 #[test]
@@ -136,16 +144,26 @@ fn dual_socket_two_numa_per_socket_l3_spanning_the_socket_is_uncore() {
             (cpu, core, core / 4, core / 2, 4 + core / 4)
         })
         .collect();
-    let d = [[10, 11, 21, 21], [11, 10, 21, 21], [21, 21, 10, 11], [21, 21, 11, 10]];
+    let d = [
+        [10, 11, 21, 21],
+        [11, 10, 21, 21],
+        [21, 21, 10, 11],
+        [21, 21, 11, 10],
+    ];
     let want = Topology {
         cpus: cpus(&rows),
-        numa: (0..4).map(|i| node(i, 16 * GI, &[], &d[i as usize])).collect(),
+        numa: (0..4)
+            .map(|i| node(i, 16 * GI, &[], &d[i as usize]))
+            .collect(),
     };
     let (_dir, root) = tree(&FakeSysfs::new(want.clone()));
     let got = discover(&root).unwrap();
     assert_eq!(got, want);
     let cpu10 = got.cpu(10).unwrap();
-    assert_eq!((cpu10.core, cpu10.socket, cpu10.numa, cpu10.uncore), (2, 0, 1, 4));
+    assert_eq!(
+        (cpu10.core, cpu10.socket, cpu10.numa, cpu10.uncore),
+        (2, 0, 1, 4)
+    );
     assert_eq!(got.cpus_in_numa(3).to_list(), "6-7,14-15");
 }
 
@@ -185,7 +203,9 @@ fn without_caches_uncore_falls_back_to_socket() {
 fn four_numa_with_hugepages_and_non_uniform_distances() {
     // 4 sockets, one node each, 2 cores, no SMT; a ring of sockets (16 to a neighbour, 22
     // across) as on 4-socket Opteron / Xeon boards; hugepages differ per node.
-    let rows: Vec<_> = (0..8).map(|cpu| (cpu, cpu, cpu / 2, cpu / 2, cpu / 2)).collect();
+    let rows: Vec<_> = (0..8)
+        .map(|cpu| (cpu, cpu, cpu / 2, cpu / 2, cpu / 2))
+        .collect();
     let want = Topology {
         cpus: cpus(&rows),
         numa: vec![
@@ -276,58 +296,81 @@ fn error_after(edit: impl FnOnce(&Path)) -> (TopologyError, String) {
 
 #[test]
 fn errors_name_the_file() {
-    let put = |rel: &'static str, text: &'static str| move |r: &Path| write_file(r, rel, text).unwrap();
-    let del = |rel: &'static str| move |r: &Path| remove(r, rel).unwrap();
-    let cases: Vec<(Box<dyn FnOnce(&Path)>, &str, &str)> = vec![
-        (Box::new(del("devices/system/cpu/online")), "cpu/online", "read"),
-        (Box::new(put("devices/system/cpu/online", "0-x")), "cpu/online", "not a cpu id"),
-        (Box::new(put("devices/system/cpu/online", "")), "cpu/online", "no online cpu"),
+    const DEL: Option<&str> = None;
+    let d = "devices/system";
+    // (file to rewrite or delete, new content or DEL, path the error names, what it says)
+    let cases = [
+        ("cpu/online", DEL, "cpu/online", "read"),
+        ("cpu/online", Some("0-x"), "cpu/online", "not a cpu id"),
+        ("cpu/online", Some(""), "cpu/online", "no online cpu"),
         (
-            Box::new(put("devices/system/cpu/cpu1/topology/physical_package_id", "abc")),
+            "cpu/cpu1/topology/physical_package_id",
+            Some("abc"),
             "cpu1/topology/physical_package_id",
             "an unsigned integer",
         ),
-        (Box::new(del("devices/system/cpu/cpu3/topology/core_id")), "cpu3/topology/core_id", "read"),
         (
-            Box::new(put("devices/system/cpu/cpu2/topology/core_cpus_list", "2,")),
+            "cpu/cpu3/topology/core_id",
+            DEL,
+            "cpu3/topology/core_id",
+            "read",
+        ),
+        (
+            "cpu/cpu2/topology/core_cpus_list",
+            Some("2,"),
             "cpu2/topology/core_cpus_list",
             "empty element",
         ),
-        (Box::new(del("devices/system/node/node1/cpulist")), "node1/cpulist", "read"),
+        ("node/node1/cpulist", DEL, "node1/cpulist", "read"),
         (
-            Box::new(put("devices/system/node/node0/meminfo", "Node 0 MemFree: 1 kB")),
+            "node/node0/meminfo",
+            Some("Node 0 MemFree: 1 kB"),
             "node0/meminfo",
             "MemTotal",
         ),
         (
-            Box::new(put("devices/system/node/node0/meminfo", "Node 0 MemTotal: 12 MB")),
+            "node/node0/meminfo",
+            Some("Node 0 MemTotal: 12 MB"),
             "node0/meminfo",
             "MemTotal",
         ),
-        (Box::new(put("devices/system/node/node1/distance", "21 x")), "node1/distance", "distances"),
         (
-            Box::new(put("devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "many")),
+            "node/node1/distance",
+            Some("21 x"),
+            "node1/distance",
+            "distances",
+        ),
+        (
+            "node/node0/hugepages/hugepages-2048kB/nr_hugepages",
+            Some("many"),
             "hugepages-2048kB/nr_hugepages",
             "page count",
         ),
         (
-            Box::new(put("devices/system/node/node0/hugepages/hugepages-2MB/nr_hugepages", "1")),
+            "node/node0/hugepages/hugepages-2MB/nr_hugepages",
+            Some("1"),
             "hugepages-2MB",
             "hugepages-<size>kB",
         ),
         (
-            Box::new(put("devices/system/cpu/cpu0/cache/index3/level", "three")),
+            "cpu/cpu0/cache/index3/level",
+            Some("three"),
             "cpu0/cache/index3/level",
             "an unsigned integer",
         ),
         (
-            Box::new(put("devices/system/cpu/cpu0/cache/index3/shared_cpu_list", "0-")),
+            "cpu/cpu0/cache/index3/shared_cpu_list",
+            Some("0-"),
             "cpu0/cache/index3/shared_cpu_list",
             "not a cpu id",
         ),
     ];
-    for (edit, path, reason) in cases {
-        let (_, text) = error_after(edit);
+    for (file, content, path, reason) in cases {
+        let rel = format!("{d}/{file}");
+        let (_, text) = error_after(|r| match content {
+            Some(text) => write_file(r, &rel, text).unwrap(),
+            None => remove(r, &rel).unwrap(),
+        });
         assert!(text.contains(path), "{text:?} does not name {path}");
         assert!(text.contains(reason), "{text:?} does not say {reason}");
     }
@@ -335,15 +378,38 @@ fn errors_name_the_file() {
 
 #[test]
 fn cpu_on_no_node_or_two_nodes_is_refused() {
-    let (err, _) = error_after(|r| write_file(r, "devices/system/node/node1/cpulist", "4-7").unwrap());
-    assert!(matches!(err, TopologyError::CpuWithoutNode { cpu: 12, .. }), "{err}");
-    let (err, _) = error_after(|r| write_file(r, "devices/system/node/node1/cpulist", "3-7,11-15").unwrap());
+    let (err, _) =
+        error_after(|r| write_file(r, "devices/system/node/node1/cpulist", "4-7").unwrap());
     assert!(
-        matches!(err, TopologyError::CpuInTwoNodes { cpu: 3, first: 0, second: 1 }),
+        matches!(err, TopologyError::CpuWithoutNode { cpu: 12, .. }),
         "{err}"
     );
-    let (err, _) = error_after(|r| write_file(r, "devices/system/node/node1/distance", "21 10 30").unwrap());
-    assert!(matches!(err, TopologyError::DistanceCount { numa: 1, got: 3, want: 2 }), "{err}");
+    let (err, _) =
+        error_after(|r| write_file(r, "devices/system/node/node1/cpulist", "3-7,11-15").unwrap());
+    assert!(
+        matches!(
+            err,
+            TopologyError::CpuInTwoNodes {
+                cpu: 3,
+                first: 0,
+                second: 1
+            }
+        ),
+        "{err}"
+    );
+    let (err, _) =
+        error_after(|r| write_file(r, "devices/system/node/node1/distance", "21 10 30").unwrap());
+    assert!(
+        matches!(
+            err,
+            TopologyError::DistanceCount {
+                numa: 1,
+                got: 3,
+                want: 2
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -354,7 +420,12 @@ fn optional_files_may_be_missing() {
     remove(&root, "devices/system/node/node1/distance").unwrap();
     remove(&root, "devices/system/cpu/cpu5/topology/die_id").unwrap();
     remove(&root, "devices/system/cpu/cpu0/cache/index3/id").unwrap();
-    write_file(&root, "devices/system/cpu/cpu9/topology/physical_package_id", "-1").unwrap();
+    write_file(
+        &root,
+        "devices/system/cpu/cpu9/topology/physical_package_id",
+        "-1",
+    )
+    .unwrap();
     let got = discover(&root).unwrap();
     assert_eq!(got.numa[0].memory, 0);
     assert!(got.numa.iter().all(|n| n.distances.is_empty()));
@@ -373,11 +444,22 @@ fn discovers_this_machine() {
     let t = discover(root).unwrap();
     assert_eq!(t.cpu_set(), online);
     let usable = std::thread::available_parallelism().unwrap().get();
-    assert!(usable <= t.cpus.len(), "{usable} usable cpus > {} online", t.cpus.len());
+    assert!(
+        usable <= t.cpus.len(),
+        "{usable} usable cpus > {} online",
+        t.cpus.len()
+    );
     assert!(!t.numa.is_empty());
     for cpu in &t.cpus {
-        assert!(t.cpu(cpu.core).is_some_and(|c| c.core == cpu.core), "{cpu:?}");
+        assert!(
+            t.cpu(cpu.core).is_some_and(|c| c.core == cpu.core),
+            "{cpu:?}"
+        );
         assert!(cpu.core <= cpu.id, "core id is the lowest sibling: {cpu:?}");
     }
-    eprintln!("this machine: {} cpus, {} numa nodes", t.cpus.len(), t.numa.len());
+    eprintln!(
+        "this machine: {} cpus, {} numa nodes",
+        t.cpus.len(),
+        t.numa.len()
+    );
 }
