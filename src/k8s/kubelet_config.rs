@@ -19,7 +19,8 @@ use std::fmt;
 
 use crate::cpuset::{CpuSet, CpuSetError};
 use crate::placement::config::{
-    Config, CpuPolicy, FeatureGates, MemoryPolicy, TopologyOptions, TopologyPolicy, TopologyScope,
+    Config, CpuPolicy, FeatureGates, MemoryPolicy, ReservedCpus, TopologyOptions, TopologyPolicy,
+    TopologyScope,
 };
 use crate::quantity::{Quantity, QuantityError};
 use crate::topology::Topology;
@@ -235,6 +236,11 @@ impl KubeletConfiguration {
         }
         let cpu_options = self.cpu_options(cpu_policy, topology_policy, machine, &mut warnings)?;
         let reserved_cpus = self.reserved_cpus(cpu_policy, machine, &mut warnings)?;
+        let accept_no_reserved_cpus = cpu_policy == CpuPolicy::Static
+            && match &reserved_cpus {
+                ReservedCpus::Explicit(set) => set.is_empty(),
+                ReservedCpus::Count { milli } => *milli == 0,
+            };
         let reserved_memory = self.reserved_memory(memory_policy, machine, &mut warnings)?;
         let config = Config {
             cpu_policy,
@@ -246,6 +252,7 @@ impl KubeletConfiguration {
             topology_scope,
             topology_options,
             gates,
+            accept_no_reserved_cpus,
         };
         Ok(ResolvedConfig { config, warnings })
     }

@@ -255,3 +255,18 @@ fn the_table_marks_every_cpu() {
         "{t}"
     );
 }
+
+#[test]
+fn the_static_policy_runs_without_reserved_cpus_with_a_warning() {
+    let text = format!(
+        "{MACHINE}kubelet: {{cpuManagerPolicy: static, reservedSystemCPUs: \"\"}}\npods:\n{}",
+        pod("all", "    containers: [{name: c, resources: {limits: {cpu: 4, memory: 1Gi}}}]\n")
+    );
+    let out = run(&text).unwrap();
+    let fields: Vec<&str> = out.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(fields, ["reservedSystemCPUs"]);
+    let c = &out.report.pods[0].containers[0];
+    assert!(c.exclusive);
+    assert_eq!(c.cpus, "0-3", "every CPU can be granted");
+    assert_eq!(out.report.node.shared_cpus, "");
+}

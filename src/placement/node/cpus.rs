@@ -35,7 +35,10 @@ impl CpuBackend {
             ReservedCpus::Explicit(set) => set.is_empty(),
             ReservedCpus::Count { milli } => *milli == 0,
         };
-        if config.cpu_policy == CpuPolicy::Static && none_reserved {
+        if config.cpu_policy == CpuPolicy::Static
+            && none_reserved
+            && !config.accept_no_reserved_cpus
+        {
             return Err(NodeError::NoReservedCpus);
         }
         let manager = CpuManager::new(topology, config).map_err(|e| cpu_error(e, config))?;
