@@ -260,7 +260,10 @@ fn the_table_marks_every_cpu() {
 fn the_static_policy_runs_without_reserved_cpus_with_a_warning() {
     let text = format!(
         "{MACHINE}kubelet: {{cpuManagerPolicy: static, reservedSystemCPUs: \"\"}}\npods:\n{}",
-        pod("all", "    containers: [{name: c, resources: {limits: {cpu: 4, memory: 1Gi}}}]\n")
+        pod(
+            "all",
+            "    containers: [{name: c, resources: {limits: {cpu: 4, memory: 1Gi}}}]\n"
+        )
     );
     let out = run(&text).unwrap();
     let fields: Vec<&str> = out.warnings.iter().map(|w| w.field.as_str()).collect();

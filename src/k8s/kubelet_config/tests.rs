@@ -184,7 +184,10 @@ fn accepted_with_warnings() {
     );
     let r = resolve("cpuManagerPolicy: static").unwrap();
     assert_eq!(r.config.reserved_cpus, ReservedCpus::Count { milli: 0 });
-    assert!(r.config.accept_no_reserved_cpus, "the node must be told to accept it");
+    assert!(
+        r.config.accept_no_reserved_cpus,
+        "the node must be told to accept it"
+    );
     assert!(r.warnings[0]
         .to_string()
         .starts_with("reservedSystemCPUs: the static CPU policy"));
