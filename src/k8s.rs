@@ -25,6 +25,12 @@ pub enum DocumentError {
         #[source]
         source: serde_yaml_ng::Error,
     },
+    /// No document of the wanted kind.
+    #[error("no {kind} document")]
+    Missing { kind: &'static str },
+    /// More than one document of a kind there must be one of.
+    #[error("more than one {kind} document")]
+    Several { kind: &'static str },
 }
 
 /// Deserializes every document of a (possibly multi-document) YAML or JSON text, skipping empty

@@ -17,6 +17,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::{documents, DocumentError};
 use crate::cpuset::{CpuSet, CpuSetError};
 use crate::placement::config::{
     Config, CpuPolicy, FeatureGates, MemoryPolicy, ReservedCpus, TopologyOptions, TopologyPolicy,
@@ -182,6 +183,23 @@ impl fmt::Display for ConfigWarning {
 }
 
 impl KubeletConfiguration {
+    /// The one `KubeletConfiguration` document of a (possibly multi-document) YAML or JSON text;
+    /// documents of other kinds are skipped, a document without `kind` counts.
+    pub fn from_yaml(text: &str) -> Result<Self, DocumentError> {
+        let mut configs = documents::<Self>(text)?
+            .into_iter()
+            .filter(|d| matches!(d.kind.as_deref(), None | Some("KubeletConfiguration")));
+        match (configs.next(), configs.next()) {
+            (Some(c), None) => Ok(c),
+            (None, _) => Err(DocumentError::Missing {
+                kind: "KubeletConfiguration",
+            }),
+            (Some(_), Some(_)) => Err(DocumentError::Several {
+                kind: "KubeletConfiguration",
+            }),
+        }
+    }
+
     /// Validates the settings the way the kubelet does at start-up and resolves them against the
     /// machine (reserved CPUs and NUMA nodes must exist, percentages of memory need its size).
     pub fn resolve(&self, machine: &Topology) -> Result<ResolvedConfig, KubeletConfigError> {

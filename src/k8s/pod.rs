@@ -97,6 +97,15 @@ pub enum PodError {
 }
 
 impl Pod {
+    /// Every Pod document of a (possibly multi-document) YAML or JSON text, in order; documents
+    /// of other kinds are skipped, a document without `kind` counts as a Pod.
+    pub fn all_from_yaml(text: &str) -> Result<Vec<Self>, super::DocumentError> {
+        Ok(super::documents::<Self>(text)?
+            .into_iter()
+            .filter(|d| matches!(d.kind.as_deref(), None | Some("Pod")))
+            .collect())
+    }
+
     /// `namespace/name` as far as the manifest gives it (namespace `default` when absent).
     pub fn key(&self) -> String {
         format!(

@@ -212,11 +212,10 @@ impl Loader<'_> {
         let pods: Vec<(String, Pod)> = match p {
             StrOr::Inline(pod) => vec![(at.to_string(), (**pod).clone())],
             StrOr::Str(rel) => {
-                let docs: Vec<Pod> =
-                    documents(&self.read(rel)?).map_err(|e| self.invalid(rel, e.to_string()))?;
+                let docs = Pod::all_from_yaml(&self.read(rel)?)
+                    .map_err(|e| self.invalid(rel, e.to_string()))?;
                 let pods: Vec<(String, Pod)> = docs
                     .into_iter()
-                    .filter(|d| matches!(d.kind.as_deref(), None | Some("Pod")))
                     .enumerate()
                     .map(|(i, d)| (format!("{at} ({rel} pod {i})"), d))
                     .collect();

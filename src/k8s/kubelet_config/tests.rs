@@ -356,3 +356,21 @@ fn machine_dependent_rejections() {
         "{e}"
     );
 }
+
+#[test]
+fn the_kubelet_configuration_document_is_picked_from_a_file() {
+    let c = KubeletConfiguration::from_yaml(
+        "kind: Pod\nmetadata: {name: a}\n---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\ncpuManagerPolicyOptions: {full-pcpus-only: true}\nkubeReserved: {cpu: 1}\n",
+    )
+    .unwrap();
+    assert_eq!(c.cpu_manager_policy.as_deref(), Some("static"));
+    assert_eq!(c.cpu_manager_policy_options["full-pcpus-only"], "true");
+    assert_eq!(c.kube_reserved["cpu"], "1");
+    let e = KubeletConfiguration::from_yaml("kind: Pod\n").unwrap_err();
+    assert_eq!(e.to_string(), "no KubeletConfiguration document");
+    let e = KubeletConfiguration::from_yaml(
+        "cpuManagerPolicy: static\n---\nkind: KubeletConfiguration\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.to_string(), "more than one KubeletConfiguration document");
+}

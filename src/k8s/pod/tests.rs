@@ -1,5 +1,4 @@
 use super::*;
-use crate::k8s::documents;
 
 const GI: u64 = 1 << 30;
 
@@ -176,8 +175,8 @@ fn uid_is_kept_or_derived_stably_from_namespace_and_name() {
 
 #[test]
 fn multi_document_files_load_every_pod() {
-    let text = "kind: Pod\nmetadata: {name: a}\n---\n---\nkind: Pod\nmetadata: {name: b}\n";
-    let pods: Vec<Pod> = documents(text).unwrap();
+    let text = "kind: Pod\nmetadata: {name: a}\n---\n---\nkind: KubeletConfiguration\ncpuManagerPolicy: static\n---\nmetadata: {name: b}\n";
+    let pods = Pod::all_from_yaml(text).unwrap();
     let names: Vec<_> = pods
         .iter()
         .map(|p| p.metadata.name.clone().unwrap())
