@@ -10,6 +10,7 @@
 
 mod cpu;
 mod memory;
+mod policies;
 mod scalar;
 #[cfg(test)]
 mod tests;
@@ -19,10 +20,7 @@ use std::fmt;
 
 use super::{documents, DocumentError};
 use crate::cpuset::{CpuSet, CpuSetError};
-use crate::placement::config::{
-    Config, CpuPolicy, FeatureGates, MemoryPolicy, ReservedCpus, TopologyOptions, TopologyPolicy,
-    TopologyScope,
-};
+use crate::placement::config::{Config, CpuPolicy, ReservedCpus, TopologyPolicy};
 use crate::quantity::{Quantity, QuantityError};
 use crate::topology::Topology;
 
@@ -205,43 +203,10 @@ impl KubeletConfiguration {
     pub fn resolve(&self, machine: &Topology) -> Result<ResolvedConfig, KubeletConfigError> {
         let mut warnings = Vec::new();
         let gates = self.gates()?;
-        let cpu_policy = match self.cpu_manager_policy.as_deref().unwrap_or("none") {
-            "none" | "" => CpuPolicy::None,
-            "static" => CpuPolicy::Static,
-            other => return Err(unknown_policy("cpuManagerPolicy", other, "none, static")),
-        };
-        let memory_policy = match self.memory_manager_policy.as_deref().unwrap_or("None") {
-            "None" | "" => MemoryPolicy::None,
-            "Static" => MemoryPolicy::Static,
-            "BestEffort" => return Err(KubeletConfigError::BestEffortMemoryPolicy),
-            other => return Err(unknown_policy("memoryManagerPolicy", other, "None, Static")),
-        };
-        let topology_policy = match self.topology_manager_policy.as_deref().unwrap_or("none") {
-            "none" | "" => TopologyPolicy::None,
-            "best-effort" => TopologyPolicy::BestEffort,
-            "restricted" => TopologyPolicy::Restricted,
-            "single-numa-node" => TopologyPolicy::SingleNumaNode,
-            other => {
-                return Err(unknown_policy(
-                    "topologyManagerPolicy",
-                    other,
-                    "none, best-effort, restricted, single-numa-node",
-                ))
-            }
-        };
-        let topology_scope = match self
-            .topology_manager_scope
-            .as_deref()
-            .unwrap_or("container")
-        {
-            "container" | "" => TopologyScope::Container,
-            "pod" => TopologyScope::Pod,
-            other => {
-                return Err(KubeletConfigError::UnknownScope {
-                    value: other.to_string(),
-                })
-            }
-        };
+        let cpu_policy = self.cpu_policy()?;
+        let memory_policy = self.memory_policy()?;
+        let topology_policy = self.topology_policy()?;
+        let topology_scope = self.topology_scope()?;
         let topology_options = self.topology_options(&mut warnings)?;
         let numa_nodes = numa_node_ids(machine).len();
         if topology_policy != TopologyPolicy::None
@@ -273,69 +238,6 @@ impl KubeletConfiguration {
             accept_no_reserved_cpus,
         };
         Ok(ResolvedConfig { config, warnings })
-    }
-
-    fn gate(&self, name: &str) -> bool {
-        self.feature_gates.get(name).copied().unwrap_or(true)
-    }
-
-    fn gates(&self) -> Result<FeatureGates, KubeletConfigError> {
-        if !self.gate("CPUManagerPolicyOptions") {
-            return Err(KubeletConfigError::LockedGate {
-                gate: "CPUManagerPolicyOptions",
-            });
-        }
-        let gates = FeatureGates {
-            pod_level_resources: self.gate("PodLevelResources"),
-            pod_level_resource_managers: self.gate("PodLevelResourceManagers"),
-        };
-        if gates.pod_level_resource_managers && !gates.pod_level_resources {
-            return Err(KubeletConfigError::GateDependency);
-        }
-        Ok(gates)
-    }
-
-    fn topology_options(
-        &self,
-        warnings: &mut Vec<ConfigWarning>,
-    ) -> Result<TopologyOptions, KubeletConfigError> {
-        const FIELD: &str = "topologyManagerPolicyOptions";
-        let mut opts = TopologyOptions::default();
-        for (name, value) in &self.topology_manager_policy_options {
-            match name.as_str() {
-                "prefer-closest-numa-nodes" => {
-                    opts.prefer_closest_numa_nodes = parse_bool(FIELD, name, value)?;
-                }
-                "max-allowable-numa-nodes" => {
-                    let n: i64 =
-                        value
-                            .trim()
-                            .parse()
-                            .map_err(|_| KubeletConfigError::BadOptionValue {
-                                field: FIELD,
-                                option: name.clone(),
-                                value: value.clone(),
-                                expected: "want an integer",
-                            })?;
-                    if n < 8 {
-                        return Err(KubeletConfigError::MaxNumaTooSmall { value: n });
-                    }
-                    if n > 8 {
-                        warnings.push(ConfigWarning {
-                            field: format!("{FIELD}[{name}]"),
-                            message: format!("{n} is more than the default recommended value 8"),
-                        });
-                    }
-                    opts.max_allowable_numa_nodes = u32::try_from(n).unwrap_or(u32::MAX);
-                }
-                _ => {
-                    return Err(KubeletConfigError::UnknownTopologyOption {
-                        option: name.clone(),
-                    })
-                }
-            }
-        }
-        Ok(opts)
     }
 }
 

@@ -1,5 +1,7 @@
 use super::*;
-use crate::placement::config::{CpuPolicyOptions, ReservedCpus, ReservedMemory};
+use crate::placement::config::{
+    CpuPolicyOptions, MemoryPolicy, ReservedMemory, TopologyPolicy, TopologyScope,
+};
 use crate::topology::{CpuInfo, NumaNode};
 
 const GI: u64 = 1 << 30;
