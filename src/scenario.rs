@@ -120,6 +120,12 @@ pub enum ScenarioError {
         #[source]
         source: Box<NodeError>,
     },
+    #[error("{origin}: {at}: pod {pod} is already admitted (remove it first)")]
+    DuplicatePod {
+        origin: String,
+        at: String,
+        pod: String,
+    },
     #[error("{origin}: {at}: no live pod {pod}")]
     UnknownPod {
         origin: String,
@@ -172,7 +178,15 @@ impl Scenario {
         let mut book = report::Book::default();
         for step in &self.steps {
             match step {
-                Step::Admit { pod, .. } => {
+                Step::Admit { at, pod } => {
+                    let key = format!("{}/{}", pod.namespace, pod.name);
+                    if book.live_uid(&key).is_some() {
+                        return Err(ScenarioError::DuplicatePod {
+                            origin: self.origin.clone(),
+                            at: at.clone(),
+                            pod: key,
+                        });
+                    }
                     let result = node.admit(pod);
                     book.admitted(pod, result.map(|_| ()));
                 }

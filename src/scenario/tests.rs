@@ -215,6 +215,10 @@ fn errors_name_the_scenario_entry_and_field() {
         (format!("{MACHINE}pods: [missing.yaml]"), "read /nonexistent/missing.yaml"),
         (format!("{MACHINE}steps: [{{remove: ghost}}]"), "<string>: steps[0].remove: no live pod default/ghost"),
         (
+            format!("{MACHINE}pods:\n{}{}", pod("a", "    containers: [{name: x}]\n"), pod("a", "    containers: [{name: y}]\n")),
+            "<string>: pods[1]: pod default/a is already admitted (remove it first)",
+        ),
+        (
             format!("{MACHINE}pods:\n{}steps: [{{remove: {{pod: a, container: y}}}}]", pod("a", "    containers: [{name: x}]\n")),
             "<string>: steps[0].remove: pod default/a has no live container \"y\"",
         ),
@@ -272,4 +276,20 @@ fn the_static_policy_runs_without_reserved_cpus_with_a_warning() {
     assert!(c.exclusive);
     assert_eq!(c.cpus, "0-3", "every CPU can be granted");
     assert_eq!(out.report.node.shared_cpus, "");
+}
+
+#[test]
+fn a_removed_pod_may_come_back() {
+    let text = format!(
+        "{MACHINE}pods:\n{}steps:\n- remove: a\n- admit: {{metadata: {{name: a}}, spec: {{containers: [{{name: z}}]}}}}\n",
+        pod("a", "    containers: [{name: x}]\n"),
+    );
+    let out = run(&text).unwrap();
+    let names: Vec<&str> = out.report.pods[0]
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["z"]);
+    assert_eq!(out.report.pods.len(), 1);
 }
