@@ -106,6 +106,13 @@ impl Quantity {
     pub fn is_negative(self) -> bool {
         self.nanos < 0
     }
+
+    /// The sum, saturating at the representable bounds (resource totals never get near them).
+    pub fn saturating_add(self, other: Self) -> Self {
+        Self {
+            nanos: self.nanos.saturating_add(other.nanos),
+        }
+    }
 }
 
 fn ceil_div(n: i128, d: i128) -> i64 {

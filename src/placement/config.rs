@@ -121,4 +121,8 @@ pub struct Config {
     pub topology_scope: TopologyScope,
     pub topology_options: TopologyOptions,
     pub gates: FeatureGates,
+    /// Run the static CPU policy with no reserved CPU, which the kubelet refuses to start with.
+    /// Set by the KubeletConfiguration layer (`k8s`), which warns about it.
+    #[serde(default)]
+    pub accept_no_reserved_cpus: bool,
 }

@@ -33,6 +33,8 @@ pub enum NodeError {
         field: &'static str,
         source: CpuError,
     },
+    #[error("kubeReserved.cpu + systemReserved.cpu: [cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")]
+    NoReservedCpus,
     #[error("reservedMemory: {0}")]
     Memory(#[from] MemoryError),
     #[error("topologyManagerPolicyOptions: {0}")]

@@ -45,6 +45,7 @@ fn registry() -> Registry {
     let config = Config {
         cpu_policy: CpuPolicy::Static,
         reserved_cpus: ReservedCpus::Explicit(CpuSet::new()),
+        accept_no_reserved_cpus: true,
         topology_policy: TopologyPolicy::SingleNumaNode,
         topology_scope: TopologyScope::Pod,
         ..Config::default()

@@ -2,7 +2,7 @@
 //! needs (hints, allocation, per-container sets, pools, CPUs held by others).
 
 use crate::cpuset::CpuSet;
-use crate::placement::config::{Config, ReservedCpus};
+use crate::placement::config::{Config, CpuPolicy, ReservedCpus};
 use crate::placement::cpu::{ContainerAssignment, CpuError, CpuManager, CpuState};
 use crate::placement::qos::IsolationLevel;
 use crate::placement::{
@@ -31,8 +31,16 @@ impl CpuBackend {
                 });
             }
         }
-        // The kubelet refuses the static policy without reserved CPUs; numa-shim accepts it (the
-        // configuration layer warns), so small machines and the kubelet's own test vectors work.
+        let none_reserved = match &config.reserved_cpus {
+            ReservedCpus::Explicit(set) => set.is_empty(),
+            ReservedCpus::Count { milli } => *milli == 0,
+        };
+        if config.cpu_policy == CpuPolicy::Static
+            && none_reserved
+            && !config.accept_no_reserved_cpus
+        {
+            return Err(NodeError::NoReservedCpus);
+        }
         let manager = CpuManager::new(topology, config).map_err(|e| cpu_error(e, config))?;
         Ok(Self { manager })
     }

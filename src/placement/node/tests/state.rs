@@ -78,12 +78,13 @@ fn snapshot_round_trips_and_restores() {
 }
 
 #[test]
-fn static_policy_accepts_an_empty_reservation() {
+fn static_policy_needs_reserved_cpus() {
     let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
     c.reserved_cpus = ReservedCpus::Count { milli: 0 };
-    let n = Node::new(dual_socket_ht(), c).unwrap();
-    assert!(n.reserved_cpus().is_empty());
-    assert_eq!(n.shared_cpus(), cpus("0-11"));
+    assert_eq!(
+        Node::new(dual_socket_ht(), c).unwrap_err(),
+        NodeError::NoReservedCpus
+    );
     let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
     c.reserved_cpus = ReservedCpus::Count { milli: 1500 };
     assert_eq!(
