@@ -1,20 +1,25 @@
-//! numa-shim's configuration file (YAML or JSON). For now it holds the `serve` settings; field
-//! names follow the kubelet's where one exists (`containerRuntimeEndpoint`, `shutdownGracePeriod`,
-//! `logging.format`). Parsing only: never touches sockets or the runtime.
+//! numa-shim's configuration file (YAML or JSON): its own settings plus the kubelet's
+//! resource-manager fields, with the kubelet's names and value formats (`cpuManagerPolicy`,
+//! `reservedSystemCPUs`, `topologyManagerScope`, ...). Parsing only: never touches sockets or the
+//! runtime. Unknown keys are refused, naming the key.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::k8s::kubelet_config::KubeletConfiguration;
+
 /// The configuration file. Every field is optional; command-line flags override it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Config {
     /// Where numa-shim listens, e.g. `unix:///run/numa-shim/cri.sock`.
     pub listen: Option<String>,
-    /// The runtime's CRI endpoint, e.g. `unix:///run/containerd/containerd.sock`.
-    pub container_runtime_endpoint: Option<String>,
+    /// The runtime's CRI endpoint, e.g. `unix:///run/containerd/containerd.sock`
+    /// (`containerRuntimeEndpoint` is accepted too, the kubelet's name).
+    #[serde(alias = "containerRuntimeEndpoint")]
+    pub runtime: Option<String>,
     /// Octal mode of the listening socket as a string, e.g. `"0660"`.
     pub socket_mode: Option<String>,
     /// Numeric group id given to the listening socket.
@@ -23,7 +28,70 @@ pub struct Config {
     pub shutdown_grace_period: Option<String>,
     /// Log settings.
     pub logging: Option<Logging>,
+    /// `text` or `json` (same as `logging.format`).
+    pub log_format: Option<LogFormat>,
+    /// Where the checkpoint lives (default /var/lib/numa-shim).
+    pub state_dir: Option<PathBuf>,
+    /// A topology JSON file or a sysfs root to take the machine from (default /sys).
+    pub topology: Option<PathBuf>,
+    /// Where pod specs come from: `pods-api` or `cri`.
+    pub pod_knowledge: Option<PodKnowledge>,
+    /// The kubelet Pods API socket (default /var/lib/kubelet/pods-api/pods-api.sock).
+    pub pods_api_socket: Option<PathBuf>,
+    /// Where numa-shim serves PodResources v1.
+    pub pod_resources_socket: Option<PathBuf>,
+    /// Address of /metrics, /healthz, /readyz (off when unset).
+    pub metrics_address: Option<String>,
+    /// Take the resource-manager fields from this KubeletConfiguration file instead.
+    pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's resource-manager fields.
+    #[serde(flatten)]
+    pub kubelet: KubeletConfiguration,
 }
+
+/// Where pod specs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PodKnowledge {
+    /// The kubelet Pods API.
+    PodsApi,
+    /// Inference from CRI requests alone.
+    Cri,
+}
+
+/// Every key the file may hold: numa-shim's own and the kubelet fields it reads.
+const KNOWN_KEYS: &[&str] = &[
+    "listen",
+    "runtime",
+    "containerRuntimeEndpoint",
+    "socketMode",
+    "socketGroup",
+    "shutdownGracePeriod",
+    "logging",
+    "logFormat",
+    "stateDir",
+    "topology",
+    "podKnowledge",
+    "podsApiSocket",
+    "podResourcesSocket",
+    "metricsAddress",
+    "kubeletConfig",
+    "apiVersion",
+    "kind",
+    "featureGates",
+    "cpuManagerPolicy",
+    "cpuManagerPolicyOptions",
+    "reservedSystemCPUs",
+    "kubeReserved",
+    "systemReserved",
+    "evictionHard",
+    "mergeDefaultEvictionSettings",
+    "memoryManagerPolicy",
+    "reservedMemory",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
+];
 
 /// Log settings (`logging:` in the file).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -33,16 +101,7 @@ pub struct Logging {
     pub format: Option<LogFormat>,
 }
 
-/// Log line format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub use crate::telemetry::LogFormat;
 
 /// A configuration file or value that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +145,16 @@ pub fn parse(text: &str) -> Result<Config, serde_yaml_ng::Error> {
     if text.trim().is_empty() {
         return Ok(Config::default());
     }
-    serde_yaml_ng::from_str(text)
+    let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(text)?;
+    if let serde_yaml_ng::Value::Mapping(map) = &value {
+        for key in map.keys() {
+            let name = key.as_str().unwrap_or_default();
+            if !KNOWN_KEYS.contains(&name) {
+                return Err(serde::de::Error::custom(format!("unknown field `{name}`")));
+            }
+        }
+    }
+    serde_yaml_ng::from_value(value)
 }
 
 /// Parses an octal file mode such as `0660` or `660`.
@@ -143,10 +211,7 @@ logging:
   format: json
 "#;
         let c = parse(text).unwrap();
-        assert_eq!(
-            c.container_runtime_endpoint.as_deref(),
-            Some("unix:///run/crio/crio.sock")
-        );
+        assert_eq!(c.runtime.as_deref(), Some("unix:///run/crio/crio.sock"));
         assert_eq!(c.socket_group, Some(990));
         assert_eq!(c.logging.and_then(|l| l.format), Some(LogFormat::Json));
         assert_eq!(

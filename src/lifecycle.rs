@@ -15,5 +15,5 @@ pub mod store;
 
 pub use hook::{PlacementHook, Placer};
 pub use registry::{Adoption, ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
-pub use store::Store;
 pub use start::{start, Options, SpecSource, StartError, Started};
+pub use store::Store;

@@ -1,22 +1,31 @@
 //! `numa-shim serve`: runs the CRI relay between the kubelet and the container runtime until
-//! SIGTERM/SIGINT. Owns argument/config merging and logging setup; the relay itself lives in
-//! `crate::relay`.
+//! SIGTERM/SIGINT, with placement, the metrics endpoint and readiness. Owns argument/config
+//! merging; the relay lives in `crate::relay`, placement in `crate::lifecycle`.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
 use tracing::{info, warn};
-use tracing_subscriber::EnvFilter;
 
-use crate::config::{self, Config, LogFormat};
-use crate::relay::{self, RelayBuilder, SocketOptions};
+use crate::config::{self, Config, LogFormat, PodKnowledge};
+use crate::k8s::kubelet_config::KubeletConfiguration;
+use crate::lifecycle::{self, pool::PoolSettings, SpecSource};
+use crate::placement::config::{CpuPolicy, MemoryPolicy};
+use crate::relay::{self, Hook, RelayBuilder, SocketOptions};
+use crate::telemetry::{self, Metrics, MetricsServer, Readiness};
+use crate::topology::Topology;
 
 /// Default listening endpoint.
 pub const DEFAULT_LISTEN: &str = "unix:///run/numa-shim/cri.sock";
+/// Default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/numa-shim";
 
 /// Arguments of `numa-shim serve`. Flags override the config file.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub struct Args {
     /// Endpoint to listen on [default: unix:///run/numa-shim/cri.sock].
     #[arg(long)]
@@ -28,6 +37,9 @@ pub struct Args {
     /// Configuration file (YAML or JSON).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Take the resource-manager fields from this KubeletConfiguration file.
+    #[arg(long)]
+    pub kubelet_config: Option<PathBuf>,
     /// Octal mode of the listening socket [default: 0660].
     #[arg(long)]
     pub socket_mode: Option<String>,
@@ -40,6 +52,24 @@ pub struct Args {
     /// Log format [default: text]; the level comes from RUST_LOG (default info).
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Checkpoint directory [default: /var/lib/numa-shim].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Topology JSON file or sysfs root to take the machine from [default: /sys].
+    #[arg(long)]
+    pub topology: Option<PathBuf>,
+    /// Where pod specs come from [default: pods-api when its socket exists, else cri].
+    #[arg(long, value_enum)]
+    pub pod_knowledge: Option<PodKnowledge>,
+    /// The kubelet Pods API socket [default: /var/lib/kubelet/pods-api/pods-api.sock].
+    #[arg(long)]
+    pub pods_api_socket: Option<PathBuf>,
+    /// Address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9464 [default: off].
+    #[arg(long)]
+    pub metrics_address: Option<String>,
+    /// How often running containers' cpusets are checked against the kernel, e.g. 10s.
+    #[arg(long)]
+    pub drift_period: Option<String>,
 }
 
 /// Everything `serve` needs, after merging flags, file and defaults.
@@ -50,6 +80,12 @@ pub struct Settings {
     pub socket: SocketOptions,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
+    pub state_dir: PathBuf,
+    pub topology: PathBuf,
+    pub spec_source: SpecSource,
+    pub metrics_address: Option<SocketAddr>,
+    pub drift_period: Duration,
+    pub kubelet: KubeletConfiguration,
 }
 
 /// Runs the command.
@@ -58,8 +94,8 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
         Some(path) => config::load(path)?,
         None => Config::default(),
     };
-    let settings = settings(&args, &file, std::path::Path::new("/"))?;
-    init_tracing(settings.log_format)?;
+    let settings = settings(&args, &file, Path::new("/"))?;
+    telemetry::logging::init(settings.log_format)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -69,33 +105,84 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
 async fn serve(settings: Settings) -> Result<(), super::CliError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let relay = RelayBuilder::new(&settings.listen, &settings.runtime)
-        .socket_options(settings.socket)
-        .shutdown_grace(settings.shutdown_grace)
-        .bind()
-        .await?;
-    if let Err(err) = tokio::net::UnixStream::connect(relay.runtime()).await {
-        warn!(
-            runtime = %relay.runtime().display(),
-            error = %err,
-            "runtime not reachable yet; calls answer UNAVAILABLE until it is"
-        );
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => info!(signal = "SIGTERM", "shutdown requested"),
+            _ = int.recv() => info!(signal = "SIGINT", "shutdown requested"),
+        }
+        let _ = stop_tx.send(true);
+    });
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Readiness::new();
+    if let Some(addr) = settings.metrics_address {
+        let server = MetricsServer::bind(addr, metrics.clone(), readiness.clone()).await?;
+        info!(address = %server.local_addr(), "metrics serving");
+        tokio::spawn(server.serve(stopped(stop_rx.clone())));
     }
+    let builder = RelayBuilder::new(&settings.listen, &settings.runtime)
+        .socket_options(settings.socket)
+        .shutdown_grace(settings.shutdown_grace);
+    match placement_options(&settings)? {
+        Some(options) => {
+            let started = lifecycle::start(options, settings.runtime.clone(), metrics).await?;
+            run_relay(builder.hook(started.hook.clone()), &readiness, stop_rx).await?;
+            started.stop();
+        }
+        None => {
+            info!("cpuManagerPolicy and memoryManagerPolicy are none: relaying without placement");
+            run_relay(builder, &readiness, stop_rx).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn run_relay<H: Hook>(
+    builder: RelayBuilder<H>,
+    readiness: &Readiness,
+    stop: watch::Receiver<bool>,
+) -> Result<(), super::CliError> {
+    let relay = builder.bind().await?;
     info!(
         listen = %relay.path().display(),
         runtime = %relay.runtime().display(),
         version = env!("CARGO_PKG_VERSION"),
         "numa-shim serving"
     );
-    relay
-        .serve_with_shutdown(async move {
-            tokio::select! {
-                _ = term.recv() => info!(signal = "SIGTERM", "shutdown requested"),
-                _ = int.recv() => info!(signal = "SIGINT", "shutdown requested"),
-            }
-        })
-        .await;
+    readiness.mark_ready();
+    relay.serve_with_shutdown(stopped(stop)).await;
     Ok(())
+}
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The placement options, or `None` when both resource managers are off (pure relay).
+pub fn placement_options(
+    settings: &Settings,
+) -> Result<Option<lifecycle::Options>, super::CliError> {
+    let topology = Topology::load(&settings.topology)?;
+    let resolved = settings.kubelet.resolve(&topology)?;
+    for warning in &resolved.warnings {
+        warn!(warning = %warning, "configuration");
+    }
+    let config = resolved.config;
+    if config.cpu_policy == CpuPolicy::None && config.memory_policy == MemoryPolicy::None {
+        return Ok(None);
+    }
+    let pool = PoolSettings {
+        drift_period: settings.drift_period,
+        ..PoolSettings::default()
+    };
+    Ok(Some(lifecycle::Options {
+        topology,
+        config,
+        state_dir: settings.state_dir.clone(),
+        spec_source: settings.spec_source.clone(),
+        pool,
+        runtime_wait: None,
+    }))
 }
 
 /// Merges flags over the config file over defaults; `root` is where runtime sockets are probed.
@@ -109,11 +196,7 @@ pub fn settings(
         .as_deref()
         .or(file.listen.as_deref())
         .unwrap_or(DEFAULT_LISTEN);
-    let runtime = match args
-        .runtime
-        .as_deref()
-        .or(file.container_runtime_endpoint.as_deref())
-    {
+    let runtime = match args.runtime.as_deref().or(file.runtime.as_deref()) {
         Some(endpoint) => relay::parse_endpoint(endpoint)?,
         None => relay::detect_runtime(root)?,
     };
@@ -139,21 +222,65 @@ pub fn settings(
         shutdown_grace,
         log_format: args
             .log_format
+            .or(file.log_format)
             .or(file.logging.as_ref().and_then(|l| l.format))
             .unwrap_or_default(),
+        state_dir: args
+            .state_dir
+            .clone()
+            .or_else(|| file.state_dir.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+        topology: args
+            .topology
+            .clone()
+            .or_else(|| file.topology.clone())
+            .unwrap_or_else(|| root.join("sys")),
+        spec_source: spec_source(args, file, root),
+        metrics_address: match args
+            .metrics_address
+            .as_deref()
+            .or(file.metrics_address.as_deref())
+        {
+            Some(text) => Some(
+                text.parse()
+                    .map_err(|e| format!("metricsAddress {text:?}: {e}"))?,
+            ),
+            None => None,
+        },
+        drift_period: match args.drift_period.as_deref() {
+            Some(text) => config::parse_duration(text)?,
+            None => PoolSettings::default().drift_period,
+        },
+        kubelet: match args
+            .kubelet_config
+            .as_ref()
+            .or(file.kubelet_config.as_ref())
+        {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("kubelet config {}: {e}", path.display()))?;
+                KubeletConfiguration::from_yaml(&text)
+                    .map_err(|e| format!("kubelet config {}: {e}", path.display()))?
+            }
+            None => file.kubelet.clone(),
+        },
     })
 }
 
-fn init_tracing(format: LogFormat) -> Result<(), super::CliError> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+fn spec_source(args: &Args, file: &Config, root: &Path) -> SpecSource {
+    let socket = args
+        .pods_api_socket
+        .clone()
+        .or_else(|| file.pods_api_socket.clone())
+        .unwrap_or_else(|| {
+            root.join(crate::knowledge::pods_api::DEFAULT_SOCKET.trim_start_matches('/'))
+        });
+    match args.pod_knowledge.or(file.pod_knowledge) {
+        Some(PodKnowledge::Cri) => SpecSource::CriOnly,
+        Some(PodKnowledge::PodsApi) => SpecSource::PodsApi(socket),
+        None if socket.exists() => SpecSource::PodsApi(socket),
+        None => SpecSource::CriOnly,
     }
-    .map_err(|e| -> super::CliError { e })
 }
 
 #[cfg(test)]
@@ -161,26 +288,18 @@ mod tests {
     use super::*;
 
     fn args() -> Args {
-        Args {
-            listen: None,
-            runtime: None,
-            config: None,
-            socket_mode: None,
-            socket_group: None,
-            shutdown_grace: None,
-            log_format: None,
-        }
+        Args::default()
     }
 
     #[test]
     fn flags_override_file_over_defaults() {
         let file = Config {
             listen: Some("unix:///file.sock".into()),
-            container_runtime_endpoint: Some("unix:///rt.sock".into()),
+            runtime: Some("unix:///rt.sock".into()),
             socket_mode: Some("0600".into()),
             socket_group: Some(5),
             shutdown_grace_period: Some("3s".into()),
-            logging: None,
+            ..Config::default()
         };
         let root = std::path::Path::new("/nonexistent");
         let s = settings(&args(), &file, root).unwrap();

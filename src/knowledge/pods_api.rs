@@ -32,9 +32,17 @@ pub enum PodsApiError {
 /// Decodes `v1.Pod#Marshal()` bytes into the decision core's pod (with API defaulting).
 pub fn decode_pod(bytes: &[u8]) -> Result<PodSpec, PodsApiError> {
     let pod = core_v1::Pod::decode(bytes)?;
-    let uid = pod.metadata.as_ref().and_then(|m| m.uid.clone()).unwrap_or_default();
-    let spec_err = |reason: String| PodsApiError::Spec { uid: uid.clone(), reason };
-    let manifest: Pod = serde_json::from_value(manifest(&pod)).map_err(|e| spec_err(e.to_string()))?;
+    let uid = pod
+        .metadata
+        .as_ref()
+        .and_then(|m| m.uid.clone())
+        .unwrap_or_default();
+    let spec_err = |reason: String| PodsApiError::Spec {
+        uid: uid.clone(),
+        reason,
+    };
+    let manifest: Pod =
+        serde_json::from_value(manifest(&pod)).map_err(|e| spec_err(e.to_string()))?;
     manifest.to_pod_spec().map_err(|e| spec_err(e.to_string()))
 }
 
@@ -43,8 +51,14 @@ fn manifest(pod: &core_v1::Pod) -> Value {
     let meta = pod.metadata.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let mut spec_json = Map::new();
-    spec_json.insert("containers".into(), Value::Array(spec.containers.iter().map(container).collect()));
-    spec_json.insert("initContainers".into(), Value::Array(spec.init_containers.iter().map(container).collect()));
+    spec_json.insert(
+        "containers".into(),
+        Value::Array(spec.containers.iter().map(container).collect()),
+    );
+    spec_json.insert(
+        "initContainers".into(),
+        Value::Array(spec.init_containers.iter().map(container).collect()),
+    );
     if let Some(resources) = &spec.resources {
         spec_json.insert("resources".into(), requirements(resources));
     }
@@ -68,7 +82,10 @@ fn container(c: &core_v1::Container) -> Value {
 
 fn requirements(r: &core_v1::ResourceRequirements) -> Value {
     let list = |m: &std::collections::HashMap<String, core_v1::Quantity>| -> Value {
-        m.iter().map(|(k, q)| (k.clone(), json!(q.string.clone().unwrap_or_default()))).collect::<Map<_, _>>().into()
+        m.iter()
+            .map(|(k, q)| (k.clone(), json!(q.string.clone().unwrap_or_default())))
+            .collect::<Map<_, _>>()
+            .into()
     };
     json!({"requests": list(&r.requests), "limits": list(&r.limits)})
 }
@@ -79,7 +96,9 @@ pub async fn watch(socket: PathBuf, cache: Arc<PodCache>) {
     loop {
         match watch_once(&socket, &cache).await {
             Ok(()) => debug!("pods api stream ended"),
-            Err(status) => warn!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api unavailable"),
+            Err(status) => {
+                warn!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api unavailable")
+            }
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));

@@ -49,7 +49,10 @@ pub enum StartError {
     #[error("resource manager settings: {0}")]
     Node(#[from] NodeError),
     #[error("runtime did not answer recovery within {waited:?}: {status}")]
-    Runtime { waited: Duration, status: tonic::Status },
+    Runtime {
+        waited: Duration,
+        status: tonic::Status,
+    },
 }
 
 /// Placement, running.
@@ -77,7 +80,11 @@ impl Drop for Started {
 }
 
 /// Starts placement in front of the runtime at `runtime_socket`.
-pub async fn start(options: Options, runtime_socket: PathBuf, metrics: Arc<Metrics>) -> Result<Started, StartError> {
+pub async fn start(
+    options: Options,
+    runtime_socket: PathBuf,
+    metrics: Arc<Metrics>,
+) -> Result<Started, StartError> {
     let node = Node::new(options.topology, options.config)?;
     let mut registry = Registry::new(node);
     let store = Store::new(Checkpoint::new(&options.state_dir, CHECKPOINT_NAME));
@@ -103,7 +110,10 @@ pub async fn start(options: Options, runtime_socket: PathBuf, metrics: Arc<Metri
         SpecSource::CriOnly => Knowledge::CriOnly,
         SpecSource::PodsApi(socket) => {
             let cache = Arc::new(PodCache::default());
-            tasks.push(tokio::spawn(crate::knowledge::pods_api::watch(socket.clone(), cache.clone())));
+            tasks.push(tokio::spawn(crate::knowledge::pods_api::watch(
+                socket.clone(),
+                cache.clone(),
+            )));
             Knowledge::Watched(cache)
         }
     };
@@ -112,6 +122,16 @@ pub async fn start(options: Options, runtime_socket: PathBuf, metrics: Arc<Metri
     let applied = pool::apply_pending(&placer, &runtime, &options.pool).await;
     let corrected = pool::check_drift(&placer, &runtime, &options.pool).await;
     info!(applied, corrected, "placement ready");
-    tasks.push(tokio::spawn(pool::run(placer.clone(), runtime, options.pool, std::future::pending())));
-    Ok(Started { hook: PlacementHook::new(placer.clone()), placer, recovery, tasks })
+    tasks.push(tokio::spawn(pool::run(
+        placer.clone(),
+        runtime,
+        options.pool,
+        std::future::pending(),
+    )));
+    Ok(Started {
+        hook: PlacementHook::new(placer.clone()),
+        placer,
+        recovery,
+        tasks,
+    })
 }

@@ -10,24 +10,39 @@ use tonic::{Request, Response, Status};
 use super::*;
 use crate::placement::ContainerRole;
 use crate::proto::podsapi::v1alpha1::pods_server::{Pods, PodsServer};
-use crate::proto::podsapi::v1alpha1::{
-    GetPodRequest, GetPodResponse, ListPodsRequest, ListPodsResponse, WatchPodsEvent,
-};
+use crate::proto::podsapi::v1alpha1::WatchPodsEvent;
 
 fn quantities(pairs: &[(&str, &str)]) -> HashMap<String, core_v1::Quantity> {
-    pairs.iter().map(|(k, v)| (k.to_string(), core_v1::Quantity { string: Some(v.to_string()) })).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                core_v1::Quantity {
+                    string: Some(v.to_string()),
+                },
+            )
+        })
+        .collect()
 }
 
 fn guaranteed(cpu: &str, mem: &str) -> Option<core_v1::ResourceRequirements> {
     let list = quantities(&[("cpu", cpu), ("memory", mem)]);
-    Some(core_v1::ResourceRequirements { limits: list.clone(), requests: list })
+    Some(core_v1::ResourceRequirements {
+        limits: list.clone(),
+        requests: list,
+    })
 }
 
 /// A pod as the kubelet marshals it: pod-level resources, a sidecar, an app container with only
 /// limits (requests come from API defaulting) and fields numa-shim does not read.
 fn kubelet_pod(uid: &str) -> Vec<u8> {
     let pod = core_v1::Pod {
-        metadata: Some(core_v1::ObjectMeta { name: Some("web".into()), namespace: Some("prod".into()), uid: Some(uid.into()) }),
+        metadata: Some(core_v1::ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("prod".into()),
+            uid: Some(uid.into()),
+        }),
         spec: Some(core_v1::PodSpec {
             node_name: Some("node-1".into()),
             resources: guaranteed("4", "4Gi"),
@@ -45,7 +60,9 @@ fn kubelet_pod(uid: &str) -> Vec<u8> {
                 }),
             }],
         }),
-        status: Some(core_v1::PodStatus { phase: Some("Running".into()) }),
+        status: Some(core_v1::PodStatus {
+            phase: Some("Running".into()),
+        }),
     };
     let mut bytes = pod.encode_to_vec();
     // An unknown top-level field (as newer API versions add) must be skipped.
@@ -56,16 +73,33 @@ fn kubelet_pod(uid: &str) -> Vec<u8> {
 #[test]
 fn decodes_kubelet_pod_bytes_with_defaulting_and_roles() {
     let spec = decode_pod(&kubelet_pod("uid-1")).unwrap();
-    assert_eq!((spec.uid.as_str(), spec.namespace.as_str(), spec.name.as_str()), ("uid-1", "prod", "web"));
-    assert_eq!(spec.resources.as_ref().unwrap().requests.cpu_milli, Some(4000));
+    assert_eq!(
+        (
+            spec.uid.as_str(),
+            spec.namespace.as_str(),
+            spec.name.as_str()
+        ),
+        ("uid-1", "prod", "web")
+    );
+    assert_eq!(
+        spec.resources.as_ref().unwrap().requests.cpu_milli,
+        Some(4000)
+    );
     assert_eq!(spec.init_containers[0].role, ContainerRole::Sidecar);
     assert_eq!(spec.containers[0].role, ContainerRole::App);
-    assert_eq!(spec.containers[0].resources.requests.cpu_milli, Some(2000), "requests default to limits");
+    assert_eq!(
+        spec.containers[0].resources.requests.cpu_milli,
+        Some(2000),
+        "requests default to limits"
+    );
 }
 
 #[test]
 fn garbage_bytes_are_an_error_not_a_panic() {
-    assert!(matches!(decode_pod(&[0xff, 0xff, 0xff]), Err(PodsApiError::Decode(_))));
+    assert!(matches!(
+        decode_pod(&[0xff, 0xff, 0xff]),
+        Err(PodsApiError::Decode(_))
+    ));
 }
 
 struct FakeKubelet;
@@ -74,25 +108,30 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<WatchPodsEvent, Status>> + S
 
 #[tonic::async_trait]
 impl Pods for FakeKubelet {
-    type WatchPodsStream = EventStream;
-
-    async fn watch_pods(&self, _: Request<WatchPodsRequest>) -> Result<Response<EventStream>, Status> {
+    async fn watch_pods(
+        &self,
+        _: Request<WatchPodsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
         let events = vec![
-            Ok(WatchPodsEvent { r#type: EventType::Added as i32, pod: kubelet_pod("a") }),
-            Ok(WatchPodsEvent { r#type: EventType::Added as i32, pod: kubelet_pod("b") }),
-            Ok(WatchPodsEvent { r#type: EventType::InitialSyncComplete as i32, pod: vec![] }),
-            Ok(WatchPodsEvent { r#type: EventType::Deleted as i32, pod: kubelet_pod("b") }),
+            Ok(WatchPodsEvent {
+                r#type: EventType::Added as i32,
+                pod: kubelet_pod("a"),
+            }),
+            Ok(WatchPodsEvent {
+                r#type: EventType::Added as i32,
+                pod: kubelet_pod("b"),
+            }),
+            Ok(WatchPodsEvent {
+                r#type: EventType::InitialSyncComplete as i32,
+                pod: vec![],
+            }),
+            Ok(WatchPodsEvent {
+                r#type: EventType::Deleted as i32,
+                pod: kubelet_pod("b"),
+            }),
         ];
         let stream = tokio_stream::iter(events).chain(tokio_stream::pending());
         Ok(Response::new(Box::pin(stream)))
-    }
-
-    async fn list_pods(&self, _: Request<ListPodsRequest>) -> Result<Response<ListPodsResponse>, Status> {
-        Err(Status::unimplemented("not used"))
-    }
-
-    async fn get_pod(&self, _: Request<GetPodRequest>) -> Result<Response<GetPodResponse>, Status> {
-        Err(Status::unimplemented("not used"))
     }
 }
 
@@ -103,11 +142,18 @@ async fn watch_fills_the_cache_from_a_pods_api_server() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("pods-api.sock");
     let incoming = UnixListenerStream::new(UnixListener::bind(&socket).unwrap());
-    let server = tokio::spawn(tonic::transport::Server::builder().add_service(PodsServer::new(FakeKubelet)).serve_with_incoming(incoming));
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(PodsServer::new(FakeKubelet))
+            .serve_with_incoming(incoming),
+    );
     let cache = Arc::new(PodCache::default());
     let watcher = tokio::spawn(watch(socket, cache.clone()));
 
-    let a = cache.wait_for("a", Duration::from_secs(5)).await.expect("pod a arrives");
+    let a = cache
+        .wait_for("a", Duration::from_secs(5))
+        .await
+        .expect("pod a arrives");
     assert_eq!(a.name, "web");
     for _ in 0..50 {
         if cache.get("b").is_none() {
@@ -116,7 +162,10 @@ async fn watch_fills_the_cache_from_a_pods_api_server() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(cache.get("b").is_none(), "deleted pod leaves the cache");
-    assert!(cache.wait_for("never", Duration::from_millis(50)).await.is_none());
+    assert!(cache
+        .wait_for("never", Duration::from_millis(50))
+        .await
+        .is_none());
     watcher.abort();
     server.abort();
 }
