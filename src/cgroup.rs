@@ -169,7 +169,10 @@ impl Host {
         // Lines look like "4:cpu,cpuacct:/kubepods/pod.../abc".
         let rel = text
             .lines()
-            .filter_map(|l| l.splitn(3, ':').nth(1).zip(l.splitn(3, ':').nth(2)))
+            .filter_map(|l| {
+                let mut parts = l.splitn(3, ':').skip(1);
+                parts.next().zip(parts.next())
+            })
             .find(|(controllers, _)| controllers.split(',').any(|c| c == controller))
             .map(|(_, rel)| rel.to_string())
             .ok_or(CgroupError::NoController {

@@ -159,8 +159,12 @@ impl PlacementHook {
                 infer::container(pod, &name, &own)
             });
         match decided {
-            Some(decision) => Decision::Patch(patch(&decision)),
-            None => Decision::Continue,
+            Ok(Some(decision)) => Decision::Patch(patch(&decision)),
+            Ok(None) => Decision::Continue,
+            Err(err) => {
+                warn!(sandbox = %req.pod_sandbox_id, container = %name, reason = err.reason(), message = %err, "container rejected");
+                Decision::Reject(admission_status(&err))
+            }
         }
     }
 
@@ -277,8 +281,9 @@ fn cri_resources(r: Option<&cri::LinuxContainerResources>) -> CriResources {
 }
 
 fn patch(decision: &ContainerDecision) -> Patch {
+    // An empty set would mean "every CPU" to the runtime: leave the field as the kubelet sent it.
     let resources = ResourcesPatch {
-        cpuset_cpus: Some(decision.cpus.to_string()),
+        cpuset_cpus: (!decision.cpus.is_empty()).then(|| decision.cpus.to_string()),
         cpuset_mems: decision.mems.clone(),
         cpu_quota: decision.cpu_quota,
         ..Default::default()

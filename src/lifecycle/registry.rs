@@ -175,28 +175,45 @@ impl Registry {
         sandbox_id: &str,
         name: &str,
         inferred: impl FnOnce(&PodSpec) -> ContainerSpec,
-    ) -> Option<ContainerDecision> {
-        let uid = self.uid_of_sandbox(sandbox_id)?;
-        let record = self.pods.get(&uid)?;
+    ) -> Result<Option<ContainerDecision>, AdmissionError> {
+        let Some(uid) = self.uid_of_sandbox(sandbox_id) else {
+            return Ok(None);
+        };
+        let Some(record) = self.pods.get(&uid) else {
+            return Ok(None);
+        };
         if !record.active {
-            return None;
+            return Ok(None);
         }
         if record.source == Source::Inferred && !has_container(&record.spec, name) {
             let container = inferred(&record.spec);
-            self.extend_inferred(&uid, container);
+            self.extend_inferred(&uid, container)?;
         }
-        let placement = self.node.container(&uid, name);
-        Some(match placement {
-            Some(p) => decision(&p),
-            // Not in the spec (e.g. an ephemeral container): the node shared pool.
-            None => ContainerDecision {
-                cpus: self.node.shared_cpus(),
-                mems: None,
-                cpu_quota: None,
-                exclusive: false,
-                isolation: Isolation::Host,
-            },
-        })
+        if let Some(p) = self.node.container(&uid, name) {
+            return Ok(Some(decision(&p)));
+        }
+        // Not in the spec (an ephemeral container, or an inferred one that could not be added
+        // without moving others): the pod shared pool if the pod has one, else the node's.
+        let pool = self.node.placement(&uid).and_then(|p| {
+            let bubble = p.cpus?;
+            let slices = p
+                .containers
+                .iter()
+                .filter(|c| c.exclusive)
+                .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
+            Some(bubble.difference(&slices))
+        });
+        let (cpus, isolation) = match pool {
+            Some(cpus) => (cpus, Isolation::Pod),
+            None => (self.node.shared_cpus(), Isolation::Host),
+        };
+        Ok(Some(ContainerDecision {
+            cpus,
+            mems: None,
+            cpu_quota: None,
+            exclusive: false,
+            isolation,
+        }))
     }
 
     /// The runtime created the container with `decision` applied.
@@ -408,9 +425,13 @@ impl Registry {
     /// Adds an inferred container to an inferred pod by re-admitting the pod with it. Kept only
     /// if every container placed so far keeps its CPUs; otherwise the pod stays as it was and the
     /// new container runs in the pod's shared pool (it is simply not in the spec).
-    fn extend_inferred(&mut self, uid: &str, container: ContainerSpec) {
+    fn extend_inferred(
+        &mut self,
+        uid: &str,
+        container: ContainerSpec,
+    ) -> Result<(), AdmissionError> {
         let Some(record) = self.pods.get(uid) else {
-            return;
+            return Ok(());
         };
         let mut spec = record.spec.clone();
         spec.containers.retain(|c| c.name != PLACEHOLDER);
@@ -423,12 +444,15 @@ impl Registry {
             .collect();
         let saved = self.node.clone();
         self.node.remove_pod(uid);
-        let kept = self.node.admit(&spec).is_ok()
-            && before.iter().all(|(name, cpus)| {
-                self.node
-                    .container(uid, name)
-                    .is_some_and(|p| &p.cpus == cpus)
-            });
+        if let Err(err) = self.node.admit(&spec) {
+            self.node = saved;
+            return Err(err);
+        }
+        let kept = before.iter().all(|(name, cpus)| {
+            self.node
+                .container(uid, name)
+                .is_some_and(|p| &p.cpus == cpus)
+        });
         if kept {
             if let Some(record) = self.pods.get_mut(uid) {
                 record.spec = spec;
@@ -436,6 +460,7 @@ impl Registry {
         } else {
             self.node = saved;
         }
+        Ok(())
     }
 }
 

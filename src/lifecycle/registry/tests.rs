@@ -70,8 +70,14 @@ fn mixed_pod_gets_slice_and_pool_then_releases_everything() {
     );
     r.admit(spec, Source::Spec).unwrap();
     r.commit_sandbox("p1", "sb1");
-    let main = r.decide_container("sb1", "main", infer_none).unwrap();
-    let side = r.decide_container("sb1", "side", infer_none).unwrap();
+    let main = r
+        .decide_container("sb1", "main", infer_none)
+        .unwrap()
+        .unwrap();
+    let side = r
+        .decide_container("sb1", "side", infer_none)
+        .unwrap()
+        .unwrap();
     assert!(main.exclusive && main.cpus.len() == 1 && main.cpu_quota == Some(-1));
     assert!(!side.exclusive && side.cpus.len() == 2 && side.cpu_quota.is_none());
     assert!(main.cpus.is_disjoint(&side.cpus));
@@ -137,7 +143,10 @@ fn node_pool_containers_follow_pool_changes() {
     )
     .unwrap();
     r.commit_sandbox("be", "sb-be");
-    let d = r.decide_container("sb-be", "c", infer_none).unwrap();
+    let d = r
+        .decide_container("sb-be", "c", infer_none)
+        .unwrap()
+        .unwrap();
     assert_eq!(d.cpus, cpus("0-7"));
     r.commit_container("c-be", "sb-be", "c", &d);
 
@@ -182,10 +191,13 @@ fn readmitting_a_running_pod_keeps_its_cpus() {
     );
     r.admit(spec.clone(), Source::Spec).unwrap();
     r.commit_sandbox("p", "sb1");
-    let a = r.decide_container("sb1", "a", infer_none).unwrap();
+    let a = r.decide_container("sb1", "a", infer_none).unwrap().unwrap();
     r.admit(spec, Source::Spec).unwrap();
     r.commit_sandbox("p", "sb2");
-    assert_eq!(r.decide_container("sb2", "a", infer_none).unwrap(), a);
+    assert_eq!(
+        r.decide_container("sb2", "a", infer_none).unwrap().unwrap(),
+        a
+    );
 }
 
 #[test]
@@ -201,11 +213,14 @@ fn removing_an_old_instance_keeps_the_new_one_placed() {
     )
     .unwrap();
     r.commit_sandbox("p", "sb");
-    let a = r.decide_container("sb", "a", infer_none).unwrap();
+    let a = r.decide_container("sb", "a", infer_none).unwrap().unwrap();
     r.commit_container("a-0", "sb", "a", &a);
     r.commit_container("a-1", "sb", "a", &a);
     r.remove_container("a-0");
-    assert_eq!(r.decide_container("sb", "a", infer_none).unwrap(), a);
+    assert_eq!(
+        r.decide_container("sb", "a", infer_none).unwrap().unwrap(),
+        a
+    );
 }
 
 #[test]
@@ -217,21 +232,54 @@ fn inferred_pod_is_extended_container_by_container() {
     assert_eq!(r.node().shared_cpus().len(), 5);
     let main = r
         .decide_container("sb", "main", |_| app("main", guaranteed(1, 1)))
+        .unwrap()
         .unwrap();
     assert!(main.exclusive && main.cpus.len() == 1, "{main:?}");
     r.commit_container("c1", "sb", "main", &main);
     let side = r
         .decide_container("sb", "side", |_| app("side", Resources::default()))
+        .unwrap()
         .unwrap();
     assert!(!side.exclusive && side.cpus.len() == 2, "{side:?}");
     assert_eq!(
         r.decide_container("sb", "main", |_| unreachable!())
+            .unwrap()
             .unwrap(),
         main,
         "main kept its slice"
     );
     r.stop_sandbox("sb");
     assert_eq!(r.node().shared_cpus(), cpus("0-7"));
+}
+
+#[test]
+fn inferred_container_that_empties_the_pool_is_rejected() {
+    let mut r = registry();
+    r.admit(
+        inferred_sandbox_spec(pod("i", Some(guaranteed(2, 2)), vec![])),
+        Source::Inferred,
+    )
+    .unwrap();
+    r.commit_sandbox("i", "sb");
+    let whole = r
+        .decide_container("sb", "a", |_| app("a", guaranteed(2, 2)))
+        .unwrap()
+        .unwrap();
+    assert!(whole.exclusive && whole.cpus.len() == 2);
+    r.commit_container("ca", "sb", "a", &whole);
+    let before = r.snapshot();
+    let err = r
+        .decide_container("sb", "b", |_| app("b", Resources::default()))
+        .unwrap_err();
+    // single-numa-node sees the empty pool as an unsatisfiable hint first, as the kubelet does.
+    assert!(
+        matches!(
+            err.reason(),
+            "EmptyPodSharedPoolError" | "TopologyAffinityError"
+        ),
+        "{err}"
+    );
+    assert_eq!(r.snapshot(), before, "a refused container changes nothing");
 }
 
 #[test]
@@ -247,13 +295,19 @@ fn snapshot_round_trips_through_json() {
     )
     .unwrap();
     r.commit_sandbox("p", "sb");
-    let a = r.decide_container("sb", "a", infer_none).unwrap();
+    let a = r.decide_container("sb", "a", infer_none).unwrap().unwrap();
     r.commit_container("ca", "sb", "a", &a);
     let json = serde_json::to_string(&r.snapshot()).unwrap();
     let mut fresh = registry();
     fresh.restore(serde_json::from_str(&json).unwrap()).unwrap();
     assert_eq!(fresh.snapshot(), r.snapshot());
-    assert_eq!(fresh.decide_container("sb", "a", infer_none).unwrap(), a);
+    assert_eq!(
+        fresh
+            .decide_container("sb", "a", infer_none)
+            .unwrap()
+            .unwrap(),
+        a
+    );
 }
 
 #[test]
@@ -269,7 +323,7 @@ fn recovery_drops_what_the_runtime_no_longer_has() {
     )
     .unwrap();
     r.commit_sandbox("p", "sb");
-    let a = r.decide_container("sb", "a", infer_none).unwrap();
+    let a = r.decide_container("sb", "a", infer_none).unwrap().unwrap();
     r.commit_container("ca", "sb", "a", &a);
     assert_eq!(r.retain_known(&["sb".into()], &["ca".into()]), 0);
     assert_eq!(r.retain_known(&[], &[]), 2);
