@@ -7,6 +7,7 @@
 pub mod cgroup;
 pub mod cli;
 pub mod config;
+pub mod inspect;
 pub mod cpuset;
 pub mod k8s;
 pub mod knowledge;

@@ -21,6 +21,8 @@ enum Command {
     Topology(cli::topology::Args),
     /// Validate a configuration file against a machine; prints OK and warnings, or the errors.
     CheckConfig(cli::check_config::Args),
+    /// Show a running numa-shim's live placement: table, JSON or SVG.
+    Inspect(cli::inspect::Args),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Topology(args) => cli::topology::run(args),
         Command::CheckConfig(args) => cli::check_config::run(args),
+        Command::Inspect(args) => cli::inspect::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
