@@ -194,7 +194,22 @@ pub fn parse(text: &str) -> Result<Config, serde_yaml_ng::Error> {
             }
         }
     }
-    serde_yaml_ng::from_value(value)
+    serde_yaml_ng::from_value(value.clone()).map_err(|err| name_the_key(&value).unwrap_or(err))
+}
+
+/// The first key whose value alone does not deserialize, as an error that starts with the key
+/// (serde's messages name the expected type, not the key of a flattened struct).
+fn name_the_key(value: &serde_yaml_ng::Value) -> Option<serde_yaml_ng::Error> {
+    let serde_yaml_ng::Value::Mapping(map) = value else {
+        return None;
+    };
+    map.iter().find_map(|(key, v)| {
+        let mut single = serde_yaml_ng::Mapping::new();
+        single.insert(key.clone(), v.clone());
+        let err = serde_yaml_ng::from_value::<Config>(single.into()).err()?;
+        let name = key.as_str().unwrap_or_default();
+        Some(serde::de::Error::custom(format!("{name}: {err}")))
+    })
 }
 
 /// Parses an octal file mode such as `0660` or `660`.
