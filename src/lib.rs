@@ -7,8 +7,8 @@
 pub mod cgroup;
 pub mod cli;
 pub mod config;
-pub mod inspect;
 pub mod cpuset;
+pub mod inspect;
 pub mod k8s;
 pub mod knowledge;
 pub mod lifecycle;

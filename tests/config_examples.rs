@@ -59,7 +59,11 @@ fn high_performance_example_passes_once_memory_adds_up() {
         + "systemReserved:\n  memory: 924Mi\n";
     let path = dir.path().join("kubelet.yaml");
     std::fs::write(&path, text).unwrap();
-    let f = check(&Config::default(), Some(&path), &shared("topologies/topoDualSocketHT.json"));
+    let f = check(
+        &Config::default(),
+        Some(&path),
+        &shared("topologies/topoDualSocketHT.json"),
+    );
     assert!(f.errors.is_empty(), "{f:?}");
 }
 

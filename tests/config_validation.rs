@@ -8,7 +8,8 @@ use numa_shim::cli::check_config::{check, render, Findings};
 use numa_shim::config::{self, Config};
 
 fn machine() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/topologies/topoDualSocketHT.json")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/topologies/topoDualSocketHT.json")
 }
 
 /// Parses and validates `text`; the errors as strings (a parse error is the only one).
@@ -30,8 +31,16 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
         ("listen: tcp://1.2.3.4:5", "listen", "not a unix socket"),
         ("listen: relative.sock", "listen", "absolute"),
         ("runtime: http://x", "runtime", "not a unix socket"),
-        ("containerRuntimeEndpoint: unix://rel", "runtime", "absolute"),
-        ("listen: /a.sock\nruntime: unix:///a.sock", "runtime", "same socket as listen"),
+        (
+            "containerRuntimeEndpoint: unix://rel",
+            "runtime",
+            "absolute",
+        ),
+        (
+            "listen: /a.sock\nruntime: unix:///a.sock",
+            "runtime",
+            "same socket as listen",
+        ),
         ("socketMode: \"0999\"", "socketMode", "octal"),
         ("socketMode: rw", "socketMode", "octal"),
         ("socketMode: \"1777\"", "socketMode", "octal"),
@@ -39,7 +48,11 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
         ("socketMode: \"0666\"", "socketMode", "every local user"),
         ("socketGroup: -1", "socketGroup", ""),
         ("socketGroup: wheel", "socketGroup", ""),
-        ("shutdownGracePeriod: \"10\"", "shutdownGracePeriod", "duration"),
+        (
+            "shutdownGracePeriod: \"10\"",
+            "shutdownGracePeriod",
+            "duration",
+        ),
         ("shutdownGracePeriod: 1d", "shutdownGracePeriod", "duration"),
         ("driftPeriod: \"0\"", "driftPeriod", "longer than 0"),
         ("driftPeriod: 0s", "driftPeriod", "longer than 0"),
@@ -47,25 +60,51 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
         ("logFormat: xml", "logFormat", "xml"),
         ("logging: {format: xml}", "logging", "xml"),
         ("logging: {level: debug}", "logging", "level"),
-        ("logFormat: json\nlogging: {format: text}", "logFormat", "disagrees"),
+        (
+            "logFormat: json\nlogging: {format: text}",
+            "logFormat",
+            "disagrees",
+        ),
         ("stateDir: var/lib/numa-shim", "stateDir", "absolute"),
         ("topology: \"\"", "topology", "empty"),
         ("podKnowledge: apiserver", "podKnowledge", "apiserver"),
         ("podsApiSocket: pods.sock", "podsApiSocket", "absolute"),
-        ("podResourcesSocket: pr.sock", "podResourcesSocket", "absolute"),
-        ("metricsAddress: localhost:9464", "metricsAddress", "IP:port"),
+        (
+            "podResourcesSocket: pr.sock",
+            "podResourcesSocket",
+            "absolute",
+        ),
+        (
+            "metricsAddress: localhost:9464",
+            "metricsAddress",
+            "IP:port",
+        ),
         ("metricsAddress: 127.0.0.1", "metricsAddress", "IP:port"),
-        ("metricsAddress: 127.0.0.1:0", "metricsAddress", "fixed port"),
+        (
+            "metricsAddress: 127.0.0.1:0",
+            "metricsAddress",
+            "fixed port",
+        ),
         ("kubeletConfig: \"\"", "kubeletConfig", "empty"),
-        ("apiVersion: v1", "apiVersion", "kubelet.config.k8s.io/v1beta1"),
+        (
+            "apiVersion: v1",
+            "apiVersion",
+            "kubelet.config.k8s.io/v1beta1",
+        ),
         ("kind: Pod", "kind", "KubeletConfiguration"),
         ("listen_typo: /x", "listen_typo", "unknown field"),
     ];
     for (text, field, reason) in cases {
         let errors = own_errors(text);
         assert_eq!(errors.len(), 1, "{text}: {errors:?}");
-        assert!(errors[0].contains(field), "{text}: {errors:?} should name {field}");
-        assert!(errors[0].contains(reason), "{text}: {errors:?} should say {reason}");
+        assert!(
+            errors[0].contains(field),
+            "{text}: {errors:?} should name {field}"
+        );
+        assert!(
+            errors[0].contains(reason),
+            "{text}: {errors:?} should say {reason}"
+        );
     }
 }
 
@@ -185,8 +224,14 @@ fn kubelet_fields_reject_bad_values_naming_the_field() {
     for (text, field, reason) in cases {
         let f = findings(text);
         assert_eq!(f.errors.len(), 1, "{text}: {f:?}");
-        assert!(f.errors[0].starts_with(field), "{text}: {f:?} should start with {field}");
-        assert!(f.errors[0].contains(reason), "{text}: {f:?} should say {reason}");
+        assert!(
+            f.errors[0].starts_with(field),
+            "{text}: {f:?} should start with {field}"
+        );
+        assert!(
+            f.errors[0].contains(reason),
+            "{text}: {f:?} should say {reason}"
+        );
         assert!(render(&f).starts_with("error: "), "{text}");
     }
 }
@@ -209,15 +254,26 @@ fn kubelet_config_file_and_topology_errors_name_the_file() {
     let f = check(&c, Some(Path::new("/nonexistent/kubelet.yaml")), &machine());
     assert!(f.errors[0].contains("/nonexistent/kubelet.yaml"), "{f:?}");
     let f = check(&c, None, Path::new("/nonexistent/topology.json"));
-    assert!(f.errors[0].starts_with("topology /nonexistent/topology.json"), "{f:?}");
+    assert!(
+        f.errors[0].starts_with("topology /nonexistent/topology.json"),
+        "{f:?}"
+    );
 }
 
 #[test]
 fn kubelet_config_file_shadows_fields_with_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubelet.yaml");
-    std::fs::write(&path, "kind: KubeletConfiguration\ncpuManagerPolicy: none\n").unwrap();
-    let c = config::parse(&format!("kubeletConfig: {}\ncpuManagerPolicy: bogus\n", path.display())).unwrap();
+    std::fs::write(
+        &path,
+        "kind: KubeletConfiguration\ncpuManagerPolicy: none\n",
+    )
+    .unwrap();
+    let c = config::parse(&format!(
+        "kubeletConfig: {}\ncpuManagerPolicy: bogus\n",
+        path.display()
+    ))
+    .unwrap();
     let f = check(&c, None, &machine());
     assert!(f.errors.is_empty(), "{f:?}");
     assert!(f.warnings[0].starts_with("kubeletConfig:"), "{f:?}");

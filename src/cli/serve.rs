@@ -13,12 +13,12 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config, LogFormat, PodKnowledge};
+use crate::inspect::PlacementView;
 use crate::k8s::kubelet_config::KubeletConfiguration;
+use crate::lifecycle::Placer;
 use crate::lifecycle::{self, pool::PoolSettings, SpecSource};
 use crate::placement::config::{CpuPolicy, MemoryPolicy};
 use crate::relay::{self, Hook, RelayBuilder, SocketOptions};
-use crate::inspect::PlacementView;
-use crate::lifecycle::Placer;
 use crate::telemetry::{self, Metrics, MetricsServer, PlacementProvider, Readiness};
 use crate::topology::Topology;
 
@@ -264,7 +264,11 @@ async fn reload_on_hangup(
         };
         let mut plan = reload::plan(&current, &new);
         for refusal in &plan.refused {
-            warn!(field = refusal.field, reason = refusal.reason, "reload: change not applied");
+            warn!(
+                field = refusal.field,
+                reason = refusal.reason,
+                "reload: change not applied"
+            );
         }
         let mut applied = Vec::new();
         for change in plan.apply.drain(..) {
@@ -285,7 +289,11 @@ async fn reload_on_hangup(
             }
         }
         plan.apply = applied;
-        info!(applied = plan.apply.len(), refused = plan.refused.len(), "configuration reloaded");
+        info!(
+            applied = plan.apply.len(),
+            refused = plan.refused.len(),
+            "configuration reloaded"
+        );
         current = reload::applied(&current, &plan);
     }
 }
@@ -408,7 +416,11 @@ pub fn settings(
             ),
             None => None,
         },
-        drift_period: match args.drift_period.as_deref().or(file.drift_period.as_deref()) {
+        drift_period: match args
+            .drift_period
+            .as_deref()
+            .or(file.drift_period.as_deref())
+        {
             Some(text) => config::parse_duration(text)?,
             None => PoolSettings::default().drift_period,
         },

@@ -53,7 +53,10 @@ impl Config {
         check("logFormat", self.log_formats_agree());
         check("stateDir", opt(self.state_dir.as_deref(), absolute));
         check("topology", opt(self.topology.as_deref(), not_empty));
-        check("podsApiSocket", opt(self.pods_api_socket.as_deref(), absolute));
+        check(
+            "podsApiSocket",
+            opt(self.pods_api_socket.as_deref(), absolute),
+        );
         check(
             "podResourcesSocket",
             opt(self.pod_resources_socket.as_deref(), absolute),
@@ -62,7 +65,10 @@ impl Config {
             "metricsAddress",
             opt(self.metrics_address.as_deref(), metrics_address),
         );
-        check("kubeletConfig", opt(self.kubelet_config.as_deref(), not_empty));
+        check(
+            "kubeletConfig",
+            opt(self.kubelet_config.as_deref(), not_empty),
+        );
         check(
             "apiVersion",
             opt(self.kubelet.api_version.as_deref(), |v| {
@@ -88,7 +94,10 @@ impl Config {
     }
 
     fn log_formats_agree(&self) -> Result<(), String> {
-        match (self.log_format, self.logging.as_ref().and_then(|l| l.format)) {
+        match (
+            self.log_format,
+            self.logging.as_ref().and_then(|l| l.format),
+        ) {
             (Some(a), Some(b)) if a != b => Err(format!(
                 "{a:?} disagrees with logging.format {b:?}; set one of them"
             )

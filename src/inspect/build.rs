@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use super::PodView;
 use super::{ContainerRef, ContainerView, CpuView, MemoryView, NumaView, Owner, PlacementView};
-use super::{PodView};
 use crate::cpuset::CpuSet;
 use crate::lifecycle::Registry;
 use crate::lifecycle::Source;
@@ -99,7 +99,9 @@ impl PlacementView {
                 }
                 containers.push(ContainerView {
                     name: c.name.clone(),
-                    id: ids.get(&(uid.as_str(), c.name.as_str())).map(|s| s.to_string()),
+                    id: ids
+                        .get(&(uid.as_str(), c.name.as_str()))
+                        .map(|s| s.to_string()),
                     cpus: c.cpus.to_list(),
                     pool: pool_name(c.isolation).to_string(),
                     memory_nodes: c.cpuset_mems(),

@@ -58,7 +58,13 @@ pub fn render_svg(view: &PlacementView) -> String {
 }
 
 /// Draws one NUMA node's box at `y`; returns where it ends.
-fn numa_box(out: &mut String, n: &NumaView, hues: &BTreeMap<String, u32>, y: usize, w: usize) -> usize {
+fn numa_box(
+    out: &mut String,
+    n: &NumaView,
+    hues: &BTreeMap<String, u32>,
+    y: usize,
+    w: usize,
+) -> usize {
     let rows = n.cpus.len().div_ceil(COLUMNS).max(1);
     let memory_lines = n.memory.len().max(1);
     let h = HEADER + rows * (CELL_H + GAP) + memory_lines * 14 + PAD;
@@ -116,20 +122,36 @@ fn numa_box(out: &mut String, n: &NumaView, hues: &BTreeMap<String, u32>, y: usi
 fn style(owner: &Owner, hues: &BTreeMap<String, u32>) -> (String, &'static str, String) {
     match owner {
         Owner::Exclusive { containers, .. } => {
-            let hue = containers.first().and_then(|c| hues.get(&c.pod)).copied().unwrap_or(0);
+            let hue = containers
+                .first()
+                .and_then(|c| hues.get(&c.pod))
+                .copied()
+                .unwrap_or(0);
             let names: Vec<String> = containers
                 .iter()
                 .map(|c| format!("{} {}", c.pod, c.container))
                 .collect();
-            (hsl(hue, 45), "#ffffff", format!("exclusive {}", names.join(", ")))
+            (
+                hsl(hue, 45),
+                "#ffffff",
+                format!("exclusive {}", names.join(", ")),
+            )
         }
         Owner::PodPool { pod } => {
             let hue = hues.get(pod).copied().unwrap_or(0);
             (hsl(hue, 80), "#000000", format!("pod pool {pod}"))
         }
         Owner::Reserved => (RESERVED.to_string(), "#000000", "reserved".to_string()),
-        Owner::Shared => (SHARED.to_string(), "#000000", "node shared pool".to_string()),
-        Owner::Unavailable => (UNAVAILABLE.to_string(), "#ffffff", "unavailable".to_string()),
+        Owner::Shared => (
+            SHARED.to_string(),
+            "#000000",
+            "node shared pool".to_string(),
+        ),
+        Owner::Unavailable => (
+            UNAVAILABLE.to_string(),
+            "#ffffff",
+            "unavailable".to_string(),
+        ),
     }
 }
 
@@ -138,7 +160,9 @@ fn pod_hues(nodes: &[NumaView]) -> BTreeMap<String, u32> {
     let mut pods: Vec<String> = Vec::new();
     for c in nodes.iter().flat_map(|n| &n.cpus) {
         let names: Vec<&str> = match &c.owner {
-            Owner::Exclusive { containers, .. } => containers.iter().map(|c| c.pod.as_str()).collect(),
+            Owner::Exclusive { containers, .. } => {
+                containers.iter().map(|c| c.pod.as_str()).collect()
+            }
             Owner::PodPool { pod } => vec![pod.as_str()],
             _ => Vec::new(),
         };

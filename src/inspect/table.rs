@@ -100,7 +100,12 @@ fn empty_dash(list: &str) -> &str {
 
 /// Bytes in the largest binary unit that divides them, like Kubernetes quantities (`1Gi`).
 pub(super) fn bytes(n: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
     if n == 0 {
         return "0".to_string();
     }

@@ -53,11 +53,27 @@ fn view() -> PlacementView {
 #[test]
 fn owners_follow_precedence() {
     let v = view();
-    let owners: Vec<&Owner> = v.numa_nodes.iter().flat_map(|n| &n.cpus).map(|c| &c.owner).collect();
+    let owners: Vec<&Owner> = v
+        .numa_nodes
+        .iter()
+        .flat_map(|n| &n.cpus)
+        .map(|c| &c.owner)
+        .collect();
     assert_eq!(owners[0], &Owner::Reserved);
     assert_eq!(owners[1], &Owner::Shared);
-    assert!(matches!(owners[2], Owner::Exclusive { in_pod_budget: true, .. }));
-    assert_eq!(owners[4], &Owner::PodPool { pod: "default/a&b".into() });
+    assert!(matches!(
+        owners[2],
+        Owner::Exclusive {
+            in_pod_budget: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        owners[4],
+        &Owner::PodPool {
+            pod: "default/a&b".into()
+        }
+    );
     assert_eq!(owners[6], &Owner::Shared);
     assert_eq!(v.numa_nodes.len(), 2);
     assert_eq!(v.numa_nodes[1].memory_total, 4 << 30);
@@ -75,8 +91,14 @@ fn json_round_trips() {
 fn table_marks_every_cpu() {
     let text = render_table(&view());
     assert!(text.contains("NUMA node 1"), "{text}");
-    assert!(text.contains("cpu    2  core    1  socket  0  exclusive    default/a&b main"), "{text}");
-    assert!(text.contains("cpu    5  core    2  socket  1  pod pool     default/a&b"), "{text}");
+    assert!(
+        text.contains("cpu    2  core    1  socket  0  exclusive    default/a&b main"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cpu    5  core    2  socket  1  pod pool     default/a&b"),
+        "{text}"
+    );
     assert_eq!(text.matches("  cpu ").count(), 8);
 }
 
@@ -85,11 +107,26 @@ fn pools_are_published_per_numa_node() {
     let metrics = crate::telemetry::Metrics::new();
     publish_pools(&view(), &metrics);
     let text = metrics.render();
-    assert!(text.contains(r#"numa_shim_pool_cpus{numa_node="0",pool="pod"} 2"#), "{text}");
-    assert!(text.contains(r#"numa_shim_pool_cpus{numa_node="0",pool="reserved"} 1"#), "{text}");
-    assert!(text.contains(r#"numa_shim_pool_cpus{numa_node="1",pool="shared"} 2"#), "{text}");
-    assert!(text.contains(r#"numa_shim_pool_cpus{numa_node="1",pool="pod"} 2"#), "{text}");
-    assert!(text.contains(r#"numa_shim_pool_cpus{numa_node="1",pool="exclusive"} 0"#), "{text}");
+    assert!(
+        text.contains(r#"numa_shim_pool_cpus{numa_node="0",pool="pod"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"numa_shim_pool_cpus{numa_node="0",pool="reserved"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"numa_shim_pool_cpus{numa_node="1",pool="shared"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"numa_shim_pool_cpus{numa_node="1",pool="pod"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"numa_shim_pool_cpus{numa_node="1",pool="exclusive"} 0"#),
+        "{text}"
+    );
 }
 
 #[test]

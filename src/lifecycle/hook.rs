@@ -13,13 +13,13 @@ use tracing::{info, warn};
 use super::registry::{inferred_sandbox_spec, ContainerDecision, Registry, Source};
 use super::store::Store;
 use crate::cpuset::CpuSet;
+use crate::inspect::{admission_allocations, container_assignments};
 use crate::knowledge::infer::{self, CriResources};
 use crate::knowledge::Knowledge;
 use crate::placement::node::Isolation;
 use crate::placement::{AdmissionError, PodSpec};
 use crate::proto::cri::v1 as cri;
 use crate::relay::{CriRequest, CriResponse, Decision, Hook, Outcome, Patch, ResourcesPatch};
-use crate::inspect::{admission_allocations, container_assignments};
 use crate::telemetry::{self, Metrics, ResourceName};
 
 /// Annotation numa-shim adds to containers it placed: the cpuset it decided.
@@ -94,7 +94,11 @@ impl Placer {
     }
 
     /// Counts an admission: its exclusive allocations, or one allocation error.
-    fn count_admission(&self, spec: &PodSpec, allocations: Option<Vec<(ResourceName, telemetry::Source)>>) {
+    fn count_admission(
+        &self,
+        spec: &PodSpec,
+        allocations: Option<Vec<(ResourceName, telemetry::Source)>>,
+    ) {
         match allocations {
             Some(allocations) => {
                 for (resource, source) in allocations {

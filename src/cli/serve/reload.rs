@@ -49,7 +49,10 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         ("runtime", old.runtime != new.runtime),
         ("socketMode", old.socket.mode != new.socket.mode),
         ("socketGroup", old.socket.group != new.socket.group),
-        ("shutdownGracePeriod", old.shutdown_grace != new.shutdown_grace),
+        (
+            "shutdownGracePeriod",
+            old.shutdown_grace != new.shutdown_grace,
+        ),
         ("logFormat", old.log_format != new.log_format),
         ("stateDir", old.state_dir != new.state_dir),
         ("topology", old.topology != new.topology),
@@ -88,12 +91,18 @@ pub fn applied(old: &Settings, plan: &ReloadPlan) -> Settings {
 fn kubelet_changes(a: &KubeletConfiguration, b: &KubeletConfiguration) -> Vec<&'static str> {
     let fields: [(&'static str, bool); 13] = [
         ("featureGates", a.feature_gates != b.feature_gates),
-        ("cpuManagerPolicy", a.cpu_manager_policy != b.cpu_manager_policy),
+        (
+            "cpuManagerPolicy",
+            a.cpu_manager_policy != b.cpu_manager_policy,
+        ),
         (
             "cpuManagerPolicyOptions",
             a.cpu_manager_policy_options != b.cpu_manager_policy_options,
         ),
-        ("reservedSystemCPUs", a.reserved_system_cpus != b.reserved_system_cpus),
+        (
+            "reservedSystemCPUs",
+            a.reserved_system_cpus != b.reserved_system_cpus,
+        ),
         ("kubeReserved", a.kube_reserved != b.kube_reserved),
         ("systemReserved", a.system_reserved != b.system_reserved),
         ("evictionHard", a.eviction_hard != b.eviction_hard),
@@ -101,10 +110,19 @@ fn kubelet_changes(a: &KubeletConfiguration, b: &KubeletConfiguration) -> Vec<&'
             "mergeDefaultEvictionSettings",
             a.merge_default_eviction_settings != b.merge_default_eviction_settings,
         ),
-        ("memoryManagerPolicy", a.memory_manager_policy != b.memory_manager_policy),
+        (
+            "memoryManagerPolicy",
+            a.memory_manager_policy != b.memory_manager_policy,
+        ),
         ("reservedMemory", a.reserved_memory != b.reserved_memory),
-        ("topologyManagerPolicy", a.topology_manager_policy != b.topology_manager_policy),
-        ("topologyManagerScope", a.topology_manager_scope != b.topology_manager_scope),
+        (
+            "topologyManagerPolicy",
+            a.topology_manager_policy != b.topology_manager_policy,
+        ),
+        (
+            "topologyManagerScope",
+            a.topology_manager_scope != b.topology_manager_scope,
+        ),
         (
             "topologyManagerPolicyOptions",
             a.topology_manager_policy_options != b.topology_manager_policy_options,

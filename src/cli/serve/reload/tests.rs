@@ -40,7 +40,10 @@ fn metrics_address_is_applied() {
     assert!(p.refused.is_empty());
     assert_eq!(applied(&base(), &p), new);
     new.metrics_address = None;
-    assert_eq!(plan(&base(), &new).apply, vec![Change::MetricsAddress(None)]);
+    assert_eq!(
+        plan(&base(), &new).apply,
+        vec![Change::MetricsAddress(None)]
+    );
 }
 
 #[test]
@@ -51,11 +54,15 @@ fn every_startup_setting_needs_a_restart() {
         ("runtime", |s| s.runtime = "/run/crio/crio.sock".into()),
         ("socketMode", |s| s.socket.mode = 0o600),
         ("socketGroup", |s| s.socket.group = Some(7)),
-        ("shutdownGracePeriod", |s| s.shutdown_grace = Duration::from_secs(1)),
+        ("shutdownGracePeriod", |s| {
+            s.shutdown_grace = Duration::from_secs(1)
+        }),
         ("logFormat", |s| s.log_format = LogFormat::Json),
         ("stateDir", |s| s.state_dir = "/tmp/x".into()),
         ("topology", |s| s.topology = "/t.json".into()),
-        ("podKnowledge", |s| s.spec_source = SpecSource::PodsApi("/p.sock".into())),
+        ("podKnowledge", |s| {
+            s.spec_source = SpecSource::PodsApi("/p.sock".into())
+        }),
         ("driftPeriod", |s| s.drift_period = Duration::from_secs(60)),
     ];
     for (field, edit) in cases {
@@ -80,14 +87,19 @@ fn resource_manager_settings_need_a_drained_node() {
     type Edit = fn(&mut KubeletConfiguration);
     let cases: [(&str, Edit); 13] = [
         ("featureGates", |k| {
-            k.feature_gates.insert("PodLevelResourceManagers".into(), false);
+            k.feature_gates
+                .insert("PodLevelResourceManagers".into(), false);
         }),
-        ("cpuManagerPolicy", |k| k.cpu_manager_policy = Some("none".into())),
+        ("cpuManagerPolicy", |k| {
+            k.cpu_manager_policy = Some("none".into())
+        }),
         ("cpuManagerPolicyOptions", |k| {
             k.cpu_manager_policy_options
                 .insert("full-pcpus-only".into(), "true".into());
         }),
-        ("reservedSystemCPUs", |k| k.reserved_system_cpus = Some("0-1".into())),
+        ("reservedSystemCPUs", |k| {
+            k.reserved_system_cpus = Some("0-1".into())
+        }),
         ("kubeReserved", |k| {
             k.kube_reserved.insert("cpu".into(), "1".into());
         }),
@@ -100,14 +112,18 @@ fn resource_manager_settings_need_a_drained_node() {
         ("mergeDefaultEvictionSettings", |k| {
             k.merge_default_eviction_settings = Some(true)
         }),
-        ("memoryManagerPolicy", |k| k.memory_manager_policy = Some("Static".into())),
+        ("memoryManagerPolicy", |k| {
+            k.memory_manager_policy = Some("Static".into())
+        }),
         ("reservedMemory", |k| {
             k.reserved_memory.push(Default::default());
         }),
         ("topologyManagerPolicy", |k| {
             k.topology_manager_policy = Some("single-numa-node".into())
         }),
-        ("topologyManagerScope", |k| k.topology_manager_scope = Some("pod".into())),
+        ("topologyManagerScope", |k| {
+            k.topology_manager_scope = Some("pod".into())
+        }),
         ("topologyManagerPolicyOptions", |k| {
             k.topology_manager_policy_options
                 .insert("prefer-closest-numa-nodes".into(), "true".into());
