@@ -14,7 +14,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the CRI proxy between the kubelet and the runtime.
-    Serve(cli::serve::Args),
+    Serve(Box<cli::serve::Args>),
     /// Decide where pods of a scenario would land, without a cluster.
     Simulate(cli::simulate::Args),
     /// Print the machine topology discovered from sysfs.
@@ -28,7 +28,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => cli::serve::run(*args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Topology(args) => cli::topology::run(args),
         Command::CheckConfig(args) => cli::check_config::run(args),

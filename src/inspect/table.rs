@@ -110,7 +110,7 @@ pub(super) fn bytes(n: u64) -> String {
         return "0".to_string();
     }
     for (unit, size) in UNITS {
-        if n % size == 0 {
+        if n.is_multiple_of(size) {
             return format!("{}{unit}", n / size);
         }
     }
