@@ -1,5 +1,5 @@
 //! `check-config` on the shared example files (as `--kubelet-config`, against
-//! `topoDualSocketHT`) and on the packaged configuration files: what it says about each is what
+//! `topoDualSocketHT` with 16Gi per NUMA node) and on the packaged configuration files: what it says about each is what
 //! docs/configuration.md quotes.
 
 use std::path::{Path, PathBuf};
@@ -14,6 +14,21 @@ fn root() -> &'static Path {
 
 fn shared(sub: &str) -> PathBuf {
     root().join("../shared/fixtures").join(sub)
+}
+
+/// `topoDualSocketHT` with 16Gi of memory on each of its two NUMA nodes (the fixture has CPUs
+/// only; the Memory Manager needs sizes), written to a file in `dir`.
+fn machine_in(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/fixtures/topologies/topoDualSocketHT.json"),
+    )
+    .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    doc["numa"] = serde_json::json!([{"id": 0, "memory": "16Gi"}, {"id": 1, "memory": "16Gi"}]);
+    let path = dir.join("topology.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
 }
 
 #[test]
@@ -40,7 +55,8 @@ fn shared_examples_as_kubelet_config() {
     seen.sort();
     let names: Vec<&str> = expected.iter().map(|(n, _)| *n).collect();
     assert_eq!(seen, names, "every example file has an expectation");
-    let machine = shared("topologies/topoDualSocketHT.json");
+    let dir = tempfile::tempdir().unwrap();
+    let machine = machine_in(dir.path());
     for (name, error) in expected {
         let path = shared(&format!("examples/{name}"));
         let f = check(&Config::default(), Some(&path), &machine);
@@ -59,21 +75,19 @@ fn high_performance_example_passes_once_memory_adds_up() {
         + "systemReserved:\n  memory: 924Mi\n";
     let path = dir.path().join("kubelet.yaml");
     std::fs::write(&path, text).unwrap();
-    let f = check(
-        &Config::default(),
-        Some(&path),
-        &shared("topologies/topoDualSocketHT.json"),
-    );
+    let f = check(&Config::default(), Some(&path), &machine_in(dir.path()));
     assert!(f.errors.is_empty(), "{f:?}");
 }
 
 #[test]
 fn packaged_configs_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let machine = machine_in(dir.path());
     for name in ["config.yaml", "pod-scope.yaml", "high-performance.yaml"] {
         let f = check_files(&Args {
             config: Some(root().join("packaging/config").join(name)),
             kubelet_config: None,
-            topology: Some(shared("topologies/topoDualSocketHT.json")),
+            topology: Some(machine.clone()),
         });
         assert!(f.errors.is_empty(), "{name}: {f:?}");
     }
@@ -82,7 +96,8 @@ fn packaged_configs_pass() {
 #[test]
 fn the_command_prints_ok_or_errors_with_exit_status() {
     let bin = env!("CARGO_BIN_EXE_numa-shim");
-    let machine = shared("topologies/topoDualSocketHT.json");
+    let dir = tempfile::tempdir().unwrap();
+    let machine = machine_in(dir.path());
     let ok = Command::new(bin)
         .args(["check-config", "--config"])
         .arg(root().join("packaging/config/config.yaml"))

@@ -1,6 +1,6 @@
 //! Every value the configuration file refuses, with the key the error must name: numa-shim's own
 //! keys (parse + `Config::validate`) and the kubelet resource-manager fields (resolved against
-//! `topoDualSocketHT`, 2 NUMA nodes × 6 CPUs, by `check_config::check`).
+//! `topoDualSocketHT`, 2 NUMA nodes × 6 CPUs and 16Gi, by `check_config::check`).
 
 use std::path::{Path, PathBuf};
 
@@ -8,8 +8,28 @@ use numa_shim::cli::check_config::{check, render, Findings};
 use numa_shim::config::{self, Config};
 
 fn machine() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/topologies/topoDualSocketHT.json")
+    static MACHINE: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, path) = MACHINE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = machine_in(dir.path());
+        (dir, path)
+    });
+    path.clone()
+}
+
+/// `topoDualSocketHT` with 16Gi of memory on each of its two NUMA nodes (the fixture has CPUs
+/// only; the Memory Manager needs sizes), written to a file in `dir`.
+fn machine_in(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/fixtures/topologies/topoDualSocketHT.json"),
+    )
+    .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    doc["numa"] = serde_json::json!([{"id": 0, "memory": "16Gi"}, {"id": 1, "memory": "16Gi"}]);
+    let path = dir.join("topology.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
 }
 
 /// Parses and validates `text`; the errors as strings (a parse error is the only one).
@@ -209,6 +229,12 @@ fn kubelet_fields_reject_bad_values_naming_the_field() {
             "memoryManagerPolicy: Static",
             "reservedMemory",
             "",
+        ),
+        // Resolves, but the decision core cannot be built: more reserved than NUMA node 0 has.
+        (
+            "memoryManagerPolicy: Static\nsystemReserved: {memory: 20Gi}\nevictionHard: {memory.available: \"0%\"}\nreservedMemory: [{numaNode: 0, limits: {memory: 20Gi}}]",
+            "resource manager settings",
+            "exceed",
         ),
         (
             "topologyManagerPolicy: best-effort\ntopologyManagerPolicyOptions: {bogus: \"true\"}",

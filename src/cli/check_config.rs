@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config};
+use crate::placement::node::Node;
 use crate::topology::Topology;
 
 /// Arguments of `numa-shim check-config`.
@@ -94,9 +95,17 @@ pub fn check(file: &Config, kubelet_config: Option<&Path>, topology: &Path) -> F
         }
     };
     match kubelet.resolve(&machine) {
-        Ok(resolved) => findings
-            .warnings
-            .extend(resolved.warnings.iter().map(ToString::to_string)),
+        Ok(resolved) => {
+            findings
+                .warnings
+                .extend(resolved.warnings.iter().map(ToString::to_string));
+            // What `serve` does next: build the decision core (memory tables, CPU pools).
+            if let Err(err) = Node::new(machine, resolved.config) {
+                findings
+                    .errors
+                    .push(format!("resource manager settings: {err}"));
+            }
+        }
         Err(err) => findings.errors.push(err.to_string()),
     }
     findings
