@@ -100,12 +100,19 @@ async fn get(addr: SocketAddr, path: &str) -> String {
     raw.split_once("\r\n\r\n").unwrap().1.to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_and_placement_follow_the_pods() {
+/// A relay with placement in front of the fake runtime, and the metrics endpoint.
+struct Live {
+    _dir: tempfile::TempDir,
+    _runtime: Runtime,
+    relay: RunningRelay,
+    cache: Arc<PodCache>,
+    addr: SocketAddr,
+}
+
+async fn start(kubelet: &str, machine: Topology) -> Live {
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::start(&dir.path().join("runtime.sock")).await;
-    let machine = Topology::load(&shared("topologies/topoDualSocketHT.json")).unwrap();
-    let config = KubeletConfiguration::from_yaml(KUBELET)
+    let config = KubeletConfiguration::from_yaml(kubelet)
         .unwrap()
         .resolve(&machine)
         .unwrap()
@@ -127,20 +134,28 @@ async fn metrics_and_placement_follow_the_pods() {
             .metrics(metrics.clone()),
     )
     .await;
-    let view_placer = placer.clone();
     let provider: PlacementProvider =
-        Arc::new(move || Some(PlacementView::from_registry(&view_placer.registry()).to_json()));
-    let server = MetricsServer::bind(
-        ([127, 0, 0, 1], 0).into(),
-        metrics.clone(),
-        Readiness::new(),
-    )
-    .await
-    .unwrap()
-    .with_placement(provider);
+        Arc::new(move || Some(PlacementView::from_registry(&placer.registry()).to_json()));
+    let server = MetricsServer::bind(([127, 0, 0, 1], 0).into(), metrics, Readiness::new())
+        .await
+        .unwrap()
+        .with_placement(provider);
     let addr = server.local_addr();
     tokio::spawn(server.serve(std::future::pending()));
+    Live {
+        _dir: dir,
+        _runtime: runtime,
+        relay,
+        cache,
+        addr,
+    }
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_placement_follow_the_pods() {
+    let machine = Topology::load(&shared("topologies/topoDualSocketHT.json")).unwrap();
+    let live = start(KUBELET, machine).await;
+    let (cache, relay, addr) = (&live.cache, &live.relay, live.addr);
     let mixed = example("pod-scope-mixed");
     let empty = example("empty-shared-pool");
     let guaranteed = pod(GUARANTEED);
@@ -224,7 +239,6 @@ async fn metrics_and_placement_follow_the_pods() {
     );
     assert_eq!(runtime_count, 3.0);
     assert_eq!(sample(&text, "numa_shim_runtime_connected"), 1.0);
-    assert!(metrics.relay_count("CreateContainer") == 4);
 
     // /placement, fetched the way `numa-shim inspect` does.
     let endpoint = format!("http://{addr}");
@@ -327,4 +341,117 @@ async fn metrics_and_placement_follow_the_pods() {
         })
         .sum();
     assert_eq!(exclusive, 0.0);
+}
+
+const KUBELET_MEMORY: &str = "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n\
+                              memoryManagerPolicy: Static\n\
+                              reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n\
+                              topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n";
+
+/// With the Static memory policy: memory budgets and pinnings are counted, and each NUMA
+/// node's memory appears in the view and the memory pool gauges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_counted_and_drawn() {
+    let mut machine = Topology::load(&shared("topologies/topoDualSocketHT.json")).unwrap();
+    machine.numa = (0..2)
+        .map(|id| numa_shim::topology::NumaNode {
+            id,
+            memory: 16 << 30,
+            ..Default::default()
+        })
+        .collect();
+    let live = start(KUBELET_MEMORY, machine).await;
+    let mixed = example("pod-scope-mixed");
+    let guaranteed = pod(GUARANTEED);
+    let mut client = runtime_client(channel(&live.relay.path).await);
+    for (p, names) in [
+        (
+            &mixed,
+            &["metrics-sidecar", "logging-sidecar", "main-app"][..],
+        ),
+        (&guaranteed, &["app"][..]),
+    ] {
+        live.cache.insert(p.clone());
+        let sb = client
+            .run_pod_sandbox(sandbox(p))
+            .await
+            .unwrap()
+            .into_inner()
+            .pod_sandbox_id;
+        for name in names {
+            client.create_container(container(&sb, name)).await.unwrap();
+        }
+    }
+    let text = get(live.addr, "/metrics").await;
+    let view: PlacementView = serde_json::from_str(&get(live.addr, "/placement").await).unwrap();
+    let series = |name: &str, labels: String| sample(&text, &format!("{name}{{{labels}}}"));
+    let alloc = |res: &str, src: &str| {
+        series(
+            "resource_manager_allocations_total",
+            format!(r#"resource_name="{res}",source="{src}""#),
+        )
+    };
+    assert_eq!(alloc("memory", "pod"), 1.0, "pod-scope-mixed's 4Gi budget");
+    assert_eq!(alloc("memory", "node"), 1.0, "guaranteed/app's 1Gi");
+    let assigned = |kind: &str| {
+        series(
+            "resource_manager_container_assignments",
+            format!(r#"assignment_type="{kind}",resource_name="memory""#),
+        )
+    };
+    assert_eq!(assigned("node_exclusive"), 1.0, "guaranteed/app");
+    // Inside the budget: containers with their own blocks are pod_exclusive, the others that
+    // are pinned to the budget's nodes pod_shared, as the view shows them.
+    let mixed_view = view
+        .pods
+        .iter()
+        .find(|p| p.name == "pod-scope-mixed")
+        .unwrap();
+    let pinned = mixed_view
+        .containers
+        .iter()
+        .filter(|c| c.memory_nodes.is_some())
+        .count() as f64;
+    assert_eq!(
+        assigned("pod_exclusive") + assigned("pod_shared"),
+        pinned,
+        "{mixed_view:?}"
+    );
+    assert!(
+        assigned("pod_exclusive") >= 1.0,
+        "main-app has 2Gi of its own"
+    );
+
+    // Memory per NUMA node: what the view shows is what the gauges say, and it adds up.
+    let mut held = 0;
+    for n in &view.numa_nodes {
+        let m = n
+            .memory
+            .iter()
+            .find(|m| m.resource == "memory")
+            .expect("memory accounted");
+        assert_eq!(m.total, 16 << 30);
+        assert_eq!(
+            m.system_reserved + m.pod + m.exclusive + m.free,
+            m.total,
+            "{m:?}"
+        );
+        held += m.pod + m.exclusive;
+        for (pool, value) in [
+            ("reserved", m.system_reserved),
+            ("pod", m.pod),
+            ("exclusive", m.exclusive),
+            ("shared", m.free),
+        ] {
+            let got = series(
+                "numa_shim_pool_memory_bytes",
+                format!(r#"numa_node="{}",pool="{pool}""#, n.id),
+            );
+            assert_eq!(got, value as f64, "numa {} {pool}", n.id);
+        }
+    }
+    assert_eq!(view.numa_nodes[0].memory[0].system_reserved, 100 << 20);
+    assert_eq!(held, (4 << 30) + (1 << 30), "the budget and guaranteed/app");
+    let table = inspect::render_table(&view);
+    assert!(table.contains("total 16Gi  reserved 100Mi"), "{table}");
 }
