@@ -320,6 +320,23 @@ async fn metrics_and_placement_follow_the_pods() {
     }
     let table = inspect::render_table(&view);
     assert_eq!(table.matches("  cpu ").count(), 12, "{table}");
+    // The command prints the same three forms.
+    let endpoint = format!("http://{addr}");
+    let run = move |output: &'static str| {
+        let endpoint = endpoint.clone();
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_numa-shim"))
+                .args(["inspect", "--endpoint", &endpoint, "--output", output])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        })
+    };
+    assert_eq!(run("table").await.unwrap(), table);
+    assert_eq!(run("svg").await.unwrap(), inspect::render_svg(&view));
+    let json: PlacementView = serde_json::from_str(&run("json").await.unwrap()).unwrap();
+    assert_eq!(json, view);
     assert!(table.contains("default/pod-scope-mixed"), "{table}");
 
     // Removing the guaranteed pod gives its CPUs back, in the view and the gauges.

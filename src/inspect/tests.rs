@@ -146,3 +146,11 @@ fn bytes_use_binary_units() {
     assert_eq!(table::bytes(1124 << 20), "1124Mi");
     assert_eq!(table::bytes(1000), "1000");
 }
+
+#[test]
+#[ignore = "writes the sample SVG to $NUMA_SHIM_SVG_OUT for a look"]
+fn write_sample_svg() {
+    if let Ok(path) = std::env::var("NUMA_SHIM_SVG_OUT") {
+        std::fs::write(path, render_svg(&view())).unwrap();
+    }
+}
