@@ -10,6 +10,10 @@ use serde::Deserialize;
 
 use crate::k8s::kubelet_config::KubeletConfiguration;
 
+mod validate;
+
+pub use validate::FieldError;
+
 /// The configuration file. Every field is optional; command-line flags override it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -40,8 +44,10 @@ pub struct Config {
     pub pods_api_socket: Option<PathBuf>,
     /// Where numa-shim serves PodResources v1.
     pub pod_resources_socket: Option<PathBuf>,
-    /// Address of /metrics, /healthz, /readyz (off when unset).
+    /// Address of /metrics, /healthz, /readyz and /placement (off when unset).
     pub metrics_address: Option<String>,
+    /// How often running containers' cpusets are checked against the kernel (`"10s"`).
+    pub drift_period: Option<String>,
     /// Take the resource-manager fields from this KubeletConfiguration file instead.
     pub kubelet_config: Option<PathBuf>,
     /// The kubelet's resource-manager fields.
@@ -60,7 +66,7 @@ pub enum PodKnowledge {
 }
 
 /// Every key the file may hold: numa-shim's own and the kubelet fields it reads.
-const KNOWN_KEYS: &[&str] = &[
+pub const KNOWN_KEYS: &[&str] = &[
     "listen",
     "runtime",
     "containerRuntimeEndpoint",
@@ -75,6 +81,7 @@ const KNOWN_KEYS: &[&str] = &[
     "podsApiSocket",
     "podResourcesSocket",
     "metricsAddress",
+    "driftPeriod",
     "kubeletConfig",
     "apiVersion",
     "kind",
@@ -126,6 +133,20 @@ pub enum ConfigError {
     /// A duration not in the kubelet's format.
     #[error("invalid duration {0:?}: expected e.g. 10s, 500ms, 1m30s")]
     Duration(String),
+    /// The KubeletConfiguration file could not be read.
+    #[error("cannot read kubelet config {path}: {source}")]
+    ReadKubelet {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The KubeletConfiguration file holds no (or more than one) usable document.
+    #[error("kubelet config {path}: {source}")]
+    Kubelet {
+        path: PathBuf,
+        #[source]
+        source: crate::k8s::DocumentError,
+    },
 }
 
 /// Reads and parses the configuration file at `path`.
@@ -135,6 +156,25 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         source,
     })?;
     parse(&text).map_err(|source| ConfigError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The kubelet resource-manager fields in force: from `override_path` (`--kubelet-config`),
+/// else from the file's `kubeletConfig`, else the fields written in the file itself.
+pub fn kubelet_fields(
+    config: &Config,
+    override_path: Option<&Path>,
+) -> Result<KubeletConfiguration, ConfigError> {
+    let Some(path) = override_path.or(config.kubelet_config.as_deref()) else {
+        return Ok(config.kubelet.clone());
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadKubelet {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    KubeletConfiguration::from_yaml(&text).map_err(|source| ConfigError::Kubelet {
         path: path.to_path_buf(),
         source,
     })
@@ -154,7 +194,22 @@ pub fn parse(text: &str) -> Result<Config, serde_yaml_ng::Error> {
             }
         }
     }
-    serde_yaml_ng::from_value(value)
+    serde_yaml_ng::from_value(value.clone()).map_err(|err| name_the_key(&value).unwrap_or(err))
+}
+
+/// The first key whose value alone does not deserialize, as an error that starts with the key
+/// (serde's messages name the expected type, not the key of a flattened struct).
+fn name_the_key(value: &serde_yaml_ng::Value) -> Option<serde_yaml_ng::Error> {
+    let serde_yaml_ng::Value::Mapping(map) = value else {
+        return None;
+    };
+    map.iter().find_map(|(key, v)| {
+        let mut single = serde_yaml_ng::Mapping::new();
+        single.insert(key.clone(), v.clone());
+        let err = serde_yaml_ng::from_value::<Config>(single.into()).err()?;
+        let name = key.as_str().unwrap_or_default();
+        Some(serde::de::Error::custom(format!("{name}: {err}")))
+    })
 }
 
 /// Parses an octal file mode such as `0660` or `660`.

@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod cpuset;
+pub mod inspect;
 pub mod k8s;
 pub mod knowledge;
 pub mod lifecycle;

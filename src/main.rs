@@ -19,6 +19,10 @@ enum Command {
     Simulate(cli::simulate::Args),
     /// Print the machine topology discovered from sysfs.
     Topology(cli::topology::Args),
+    /// Validate a configuration file against a machine; prints OK and warnings, or the errors.
+    CheckConfig(cli::check_config::Args),
+    /// Show a running numa-shim's live placement: table, JSON or SVG.
+    Inspect(cli::inspect::Args),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +31,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve::run(*args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Topology(args) => cli::topology::run(args),
+        Command::CheckConfig(args) => cli::check_config::run(args),
+        Command::Inspect(args) => cli::inspect::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -42,6 +42,7 @@ pub use hook::{
 };
 pub use socket::SocketOptions;
 
+use crate::telemetry::Metrics;
 use grpc::RelayBody;
 use upstream::Upstream;
 
@@ -59,6 +60,7 @@ pub struct RelayBuilder<H = NoopHook> {
     hook: H,
     max_message: usize,
     shutdown_grace: Duration,
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// A relay bound to its socket, ready to serve.
@@ -75,6 +77,8 @@ pub(crate) struct Shared<H> {
     pub(crate) upstream: Upstream,
     pub(crate) hook: H,
     pub(crate) max_message: usize,
+    /// Where per-call latency and the runtime's reachability are recorded, if anywhere.
+    pub(crate) metrics: Option<Arc<Metrics>>,
 }
 
 impl RelayBuilder<NoopHook> {
@@ -87,6 +91,7 @@ impl RelayBuilder<NoopHook> {
             hook: NoopHook,
             max_message: DEFAULT_MAX_MESSAGE,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            metrics: None,
         }
     }
 }
@@ -101,7 +106,15 @@ impl<H: Hook> RelayBuilder<H> {
             hook,
             max_message: self.max_message,
             shutdown_grace: self.shutdown_grace,
+            metrics: self.metrics,
         }
+    }
+
+    /// Records every call's time in numa-shim and in the runtime, and whether the runtime
+    /// answers, in `metrics`.
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Mode and group of the listening socket (default `0660`, process group).
@@ -131,6 +144,7 @@ impl<H: Hook> RelayBuilder<H> {
                 upstream: Upstream::new(self.runtime),
                 hook: self.hook,
                 max_message: self.max_message,
+                metrics: self.metrics,
             }),
             shutdown_grace: self.shutdown_grace,
         })
@@ -220,10 +234,19 @@ async fn dispatch<H: Hook>(
     let span = info_span!("cri", method = %path);
     async move {
         let started = Instant::now();
-        let response = match Method::from_path(&path) {
-            Some(method) => intercept::handle(shared, method, req).await,
+        let (response, runtime) = match Method::from_path(&path) {
+            Some(method) => intercept::handle(shared.clone(), method, req).await,
             None => passthrough(&shared, &path, req).await,
         };
+        if let Some(metrics) = &shared.metrics {
+            let total = started.elapsed();
+            let method = path.rsplit('/').next().unwrap_or_default();
+            metrics.record_relay(
+                method,
+                total.saturating_sub(runtime).as_secs_f64(),
+                runtime.as_secs_f64(),
+            );
+        }
         debug!(
             elapsed_us = started.elapsed().as_micros(),
             grpc_status = ?response.headers().get("grpc-status"),
@@ -235,17 +258,36 @@ async fn dispatch<H: Hook>(
     .await
 }
 
-/// Forwards a call untouched; the response streams back frame by frame.
+/// Forwards a call untouched; the response streams back frame by frame. Also returns the time
+/// until the runtime's response headers arrived.
 async fn passthrough<H>(
     shared: &Shared<H>,
     path: &str,
     req: Request<Incoming>,
-) -> Response<RelayBody> {
-    match shared.upstream.send(path, req.map(grpc::boxed)).await {
+) -> (Response<RelayBody>, Duration) {
+    let sent = Instant::now();
+    let result = shared.upstream.send(path, req.map(grpc::boxed)).await;
+    let runtime = sent.elapsed();
+    shared.runtime_answered(&result);
+    let response = match result {
         Ok(response) => response.map(grpc::boxed),
         Err(err) => {
             warn!(error = %err, "runtime call failed");
             grpc::status_response(&err.to_status())
+        }
+    };
+    (response, runtime)
+}
+
+impl<H> Shared<H> {
+    /// Records whether the runtime could be reached for a call.
+    pub(crate) fn runtime_answered<T>(&self, result: &Result<T, RelayError>) {
+        if let Some(metrics) = &self.metrics {
+            let unreachable = matches!(
+                result,
+                Err(RelayError::RuntimeUnavailable { .. } | RelayError::RuntimeHandshake { .. })
+            );
+            metrics.set_runtime_connected(!unreachable);
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -13,11 +13,17 @@ use tracing::{info, warn};
 
 use crate::config::{self, Config, LogFormat, PodKnowledge};
 use crate::k8s::kubelet_config::KubeletConfiguration;
+use crate::lifecycle::Placer;
 use crate::lifecycle::{self, pool::PoolSettings, SpecSource};
 use crate::placement::config::{CpuPolicy, MemoryPolicy};
 use crate::relay::{self, Hook, RelayBuilder, SocketOptions};
-use crate::telemetry::{self, Metrics, MetricsServer, Readiness};
+use crate::telemetry::{self, Metrics, Readiness};
 use crate::topology::Topology;
+
+pub mod reload;
+mod sidecar;
+
+use sidecar::{placement_provider, reload_on_hangup, start_metrics, MetricsEnv};
 
 /// Default listening endpoint.
 pub const DEFAULT_LISTEN: &str = "unix:///run/numa-shim/cri.sock";
@@ -90,19 +96,29 @@ pub struct Settings {
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<(), super::CliError> {
-    let file = match &args.config {
-        Some(path) => config::load(path)?,
-        None => Config::default(),
-    };
-    let settings = settings(&args, &file, Path::new("/"))?;
+    let settings = load_settings(&args)?;
     telemetry::logging::init(settings.log_format)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve(settings))
+    runtime.block_on(serve(args, settings))
 }
 
-async fn serve(settings: Settings) -> Result<(), super::CliError> {
+/// Reads and validates the config file (if any) and merges it with the flags.
+pub fn load_settings(args: &Args) -> Result<Settings, super::CliError> {
+    let file = match &args.config {
+        Some(path) => config::load(path)?,
+        None => Config::default(),
+    };
+    let errors = file.validate();
+    if !errors.is_empty() {
+        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        return Err(format!("invalid configuration: {}", list.join("; ")).into());
+    }
+    settings(args, &file, Path::new("/"))
+}
+
+async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -115,17 +131,24 @@ async fn serve(settings: Settings) -> Result<(), super::CliError> {
     });
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::new();
-    if let Some(addr) = settings.metrics_address {
-        let server = MetricsServer::bind(addr, metrics.clone(), readiness.clone()).await?;
-        info!(address = %server.local_addr(), "metrics serving");
-        tokio::spawn(server.serve(stopped(stop_rx.clone())));
-    }
+    let options = placement_options(&settings)?;
+    let slot: Arc<OnceLock<Arc<Placer>>> = Arc::new(OnceLock::new());
+    let env = MetricsEnv {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+        placement: options.as_ref().map(|_| placement_provider(slot.clone())),
+        shutdown: stop_rx.clone(),
+    };
+    let task = start_metrics(settings.metrics_address, &env).await?;
+    tokio::spawn(reload_on_hangup(args, settings.clone(), env, task));
     let builder = RelayBuilder::new(&settings.listen, &settings.runtime)
         .socket_options(settings.socket)
-        .shutdown_grace(settings.shutdown_grace);
-    match placement_options(&settings)? {
+        .shutdown_grace(settings.shutdown_grace)
+        .metrics(metrics.clone());
+    match options {
         Some(options) => {
             let started = lifecycle::start(options, settings.runtime.clone(), metrics).await?;
+            let _ = slot.set(started.placer.clone());
             run_relay(builder.hook(started.hook.clone()), &readiness, stop_rx).await?;
             started.stop();
         }
@@ -247,7 +270,11 @@ pub fn settings(
             ),
             None => None,
         },
-        drift_period: match args.drift_period.as_deref() {
+        drift_period: match args
+            .drift_period
+            .as_deref()
+            .or(file.drift_period.as_deref())
+        {
             Some(text) => config::parse_duration(text)?,
             None => PoolSettings::default().drift_period,
         },

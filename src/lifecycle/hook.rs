@@ -13,13 +13,14 @@ use tracing::{info, warn};
 use super::registry::{inferred_sandbox_spec, ContainerDecision, Registry, Source};
 use super::store::Store;
 use crate::cpuset::CpuSet;
+use crate::inspect::{admission_allocations, container_assignments};
 use crate::knowledge::infer::{self, CriResources};
 use crate::knowledge::Knowledge;
 use crate::placement::node::Isolation;
 use crate::placement::{AdmissionError, PodSpec};
 use crate::proto::cri::v1 as cri;
 use crate::relay::{CriRequest, CriResponse, Decision, Hook, Outcome, Patch, ResourcesPatch};
-use crate::telemetry::{Metrics, ResourceName};
+use crate::telemetry::{self, Metrics, ResourceName};
 
 /// Annotation numa-shim adds to containers it placed: the cpuset it decided.
 pub const CPUS_ANNOTATION: &str = "numa-shim.io/cpus";
@@ -79,9 +80,40 @@ impl Placer {
         self.metrics.checkpoint_write(ok);
     }
 
-    /// Wakes the pool updater: holdings changed.
+    /// Wakes the pool updater: holdings changed. Takes the registry lock: never call it while
+    /// holding the guard.
     pub fn pool_changed(&self) {
+        self.publish_pools();
         self.pool_changed.notify_one();
+    }
+
+    /// Sets the per-NUMA pool gauges from the registry.
+    pub fn publish_pools(&self) {
+        let view = crate::inspect::PlacementView::from_registry(&self.registry());
+        crate::inspect::publish_pools(&view, &self.metrics);
+    }
+
+    /// Counts an admission: its exclusive allocations, or one allocation error.
+    fn count_admission(
+        &self,
+        spec: &PodSpec,
+        allocations: Option<Vec<(ResourceName, telemetry::Source)>>,
+    ) {
+        match allocations {
+            Some(allocations) => {
+                for (resource, source) in allocations {
+                    self.metrics.allocation(resource, source, true);
+                }
+            }
+            None => {
+                let source = if spec.resources.is_some() {
+                    telemetry::Source::Pod
+                } else {
+                    telemetry::Source::Node
+                };
+                self.metrics.allocation(ResourceName::Cpu, source, false);
+            }
+        }
     }
 
     /// Waits until holdings change.
@@ -118,12 +150,18 @@ impl PlacementHook {
                 (inferred_sandbox_spec(pod), Source::Inferred)
             }
         };
-        let result = self.placer.registry().admit(spec.clone(), source);
-        self.placer.metrics.allocation(
-            ResourceName::Cpu,
-            crate::telemetry::Source::Pod,
-            result.is_ok(),
-        );
+        let (result, allocations) = {
+            let mut registry = self.placer.registry();
+            let fresh = !registry.pods().contains_key(&spec.uid);
+            let result = registry.admit(spec.clone(), source);
+            let allocations = match &result {
+                Ok(()) if fresh => Some(admission_allocations(registry.node(), &spec.uid)),
+                Ok(()) => Some(Vec::new()),
+                Err(_) => None,
+            };
+            (result, allocations)
+        };
+        self.placer.count_admission(&spec, allocations);
         match result {
             Ok(()) => {
                 info!(pod = %meta.uid, namespace = %meta.namespace, name = %meta.name, ?source, "admitted");
@@ -215,6 +253,13 @@ impl PlacementHook {
                         name,
                         &decision,
                     );
+                    let pod = registry.containers().get(&resp.container_id);
+                    let assignments = pod.map_or_else(Vec::new, |c| {
+                        container_assignments(registry.node(), &c.pod_uid, name)
+                    });
+                    for (resource, kind) in assignments {
+                        self.placer.metrics.container_assignment(resource, kind);
+                    }
                 }
                 false
             }

@@ -117,7 +117,9 @@ pub async fn start(
             Knowledge::Watched(cache)
         }
     };
+    metrics.set_runtime_connected(true);
     let placer = Arc::new(Placer::new(registry, store, knowledge, metrics));
+    placer.publish_pools();
     placer.persist().await;
     let applied = pool::apply_pending(&placer, &runtime, &options.pool).await;
     let corrected = pool::check_drift(&placer, &runtime, &options.pool).await;

@@ -3,7 +3,7 @@
 //! a request from its decoded form and never alters the runtime's response bytes.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
@@ -16,12 +16,13 @@ use super::grpc::{self, RelayBody, Unframe};
 use super::hook::{CriRequest, CriResponse, Decision, Hook, Method, Outcome};
 use super::{patch, Shared};
 
-/// Handles one call of a decoded `method`; every failure becomes a gRPC status response.
+/// Handles one call of a decoded `method`; every failure becomes a gRPC status response. Also
+/// returns the time spent waiting for the runtime (zero when it was not asked).
 pub(crate) async fn handle<H: Hook>(
     shared: Arc<Shared<H>>,
     method: Method,
     req: Request<Incoming>,
-) -> Response<RelayBody> {
+) -> (Response<RelayBody>, Duration) {
     match prepare(&shared, method, req).await {
         Ok(Prepared::Forward(req, forwarded)) => {
             // Spawned so that the hook always learns the outcome, even if the caller hangs up.
@@ -30,13 +31,14 @@ pub(crate) async fn handle<H: Hook>(
             );
             task.await.unwrap_or_else(|err| {
                 warn!(error = %err, "relay task failed");
-                grpc::status_response(&tonic::Status::internal("numa-shim: relay task failed"))
+                let status = tonic::Status::internal("numa-shim: relay task failed");
+                (grpc::status_response(&status), Duration::ZERO)
             })
         }
-        Ok(Prepared::Answer(status)) => grpc::status_response(&status),
+        Ok(Prepared::Answer(status)) => (grpc::status_response(&status), Duration::ZERO),
         Err(err) => {
             warn!(error = %err, "request refused");
-            grpc::status_response(&err.to_status())
+            (grpc::status_response(&err.to_status()), Duration::ZERO)
         }
     }
 }
@@ -163,15 +165,20 @@ async fn collect(path: &str, mut body: Incoming, limit: usize) -> Result<Bytes, 
     Ok(buf.freeze())
 }
 
-/// Forwards, reads the whole (unary) response, tells the hook, and returns the response as is.
+/// Forwards, reads the whole (unary) response, tells the hook, and returns the response as is
+/// with the time the runtime took.
 async fn forward<H: Hook>(
     shared: Arc<Shared<H>>,
     method: Method,
     req: Request<RelayBody>,
     forwarded: CriRequest,
-) -> Response<RelayBody> {
+) -> (Response<RelayBody>, Duration) {
     let path = req.uri().path().to_string();
-    let (response, outcome) = match exchange(&shared, &path, method, req).await {
+    let sent = Instant::now();
+    let result = exchange(&shared, &path, method, req).await;
+    let runtime = sent.elapsed();
+    shared.runtime_answered(&result);
+    let (response, outcome) = match result {
         Ok(ok) => ok,
         Err(err) => {
             let status = err.to_status();
@@ -185,7 +192,7 @@ async fn forward<H: Hook>(
     };
     debug!(code = ?outcome.status.code(), "runtime answered");
     shared.hook.after(&forwarded, &outcome).await;
-    response
+    (response, runtime)
 }
 
 async fn exchange<H: Hook>(

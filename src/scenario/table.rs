@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use super::report::{PodReport, Report};
 use crate::cpuset::CpuSet;
+use crate::inspect::{self, ContainerRef};
 use crate::topology::Topology;
 
 /// Renders the report for a terminal.
@@ -74,16 +75,16 @@ fn pods_table(out: &mut String, pods: &[PodReport]) {
 fn numa_map(out: &mut String, report: &Report, topology: &Topology) {
     let reserved = parse(&report.node.reserved_cpus);
     let shared = parse(&report.node.shared_cpus);
-    let mut exclusive: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut exclusive: BTreeMap<u32, Vec<ContainerRef>> = BTreeMap::new();
     let mut pod_pool: BTreeMap<u32, String> = BTreeMap::new();
     for p in report.pods.iter().filter(|p| p.admitted) {
         let key = format!("{}/{}", p.namespace, p.name);
         for c in p.containers.iter().filter(|c| c.exclusive) {
             for cpu in parse(&c.cpus).iter() {
-                exclusive
-                    .entry(cpu)
-                    .or_default()
-                    .push(format!("{key} {}", c.name));
+                exclusive.entry(cpu).or_default().push(ContainerRef {
+                    pod: key.clone(),
+                    container: c.name.clone(),
+                });
             }
         }
         if let Some(bubble) = &p.cpus {
@@ -92,29 +93,6 @@ fn numa_map(out: &mut String, report: &Report, topology: &Topology) {
             }
         }
     }
-    let mut nodes: Vec<u32> = topology.cpus.iter().map(|c| c.numa).collect();
-    nodes.dedup();
-    nodes.sort_unstable();
-    nodes.dedup();
-    for numa in nodes {
-        let _ = writeln!(out, "NUMA node {numa}");
-        for c in topology.cpus.iter().filter(|c| c.numa == numa) {
-            let mark = if let Some(owners) = exclusive.get(&c.id) {
-                format!("exclusive    {}", owners.join(", "))
-            } else if let Some(pod) = pod_pool.get(&c.id) {
-                format!("pod pool     {pod}")
-            } else if reserved.contains(c.id) {
-                "reserved".to_string()
-            } else if shared.contains(c.id) {
-                "shared".to_string()
-            } else {
-                "unavailable".to_string()
-            };
-            let _ = writeln!(
-                out,
-                "  cpu {:>4}  core {:>4}  socket {:>2}  {mark}",
-                c.id, c.core, c.socket
-            );
-        }
-    }
+    let nodes = inspect::numa_nodes(topology, &reserved, &shared, &exclusive, &pod_pool);
+    inspect::numa_map(out, &nodes);
 }

@@ -1,5 +1,7 @@
 //! The operator's HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (200 while the process
-//! serves) and `/readyz` (200 only once start-up reconciliation has marked the process ready).
+//! serves), `/readyz` (200 only once start-up reconciliation has marked the process ready) and
+//! `/placement` (the live placement as JSON, from a provider the caller plugs in, so this module
+//! stays ignorant of placement).
 //!
 //! Owns one TCP listener (default `127.0.0.1:9464`) and its connections. Must never touch the CRI
 //! path: a slow or stuck scraper cannot delay a kubelet call, and nothing here changes state
@@ -52,6 +54,9 @@ pub enum HttpError {
 #[derive(Debug, Clone, Default)]
 pub struct Readiness(Arc<AtomicBool>);
 
+/// Answers `GET /placement`: the JSON body, or `None` while placement is not running yet.
+pub type PlacementProvider = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// A bound, not yet serving, metrics endpoint.
 #[derive(Debug)]
 pub struct MetricsServer {
@@ -60,10 +65,20 @@ pub struct MetricsServer {
     state: Arc<State>,
 }
 
-#[derive(Debug)]
 struct State {
     metrics: Arc<Metrics>,
     readiness: Readiness,
+    placement: Option<PlacementProvider>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("metrics", &self.metrics)
+            .field("readiness", &self.readiness)
+            .field("placement", &self.placement.is_some())
+            .finish()
+    }
 }
 
 impl Readiness {
@@ -99,12 +114,26 @@ impl MetricsServer {
             .await
             .map_err(|source| HttpError::Bind { addr, source })?;
         let local_addr = listener.local_addr().map_err(HttpError::LocalAddr)?;
-        let state = Arc::new(State { metrics, readiness });
+        let state = Arc::new(State {
+            metrics,
+            readiness,
+            placement: None,
+        });
         Ok(Self {
             listener,
             local_addr,
             state,
         })
+    }
+
+    /// Serves `GET /placement` from `provider` (404 without one).
+    pub fn with_placement(mut self, provider: PlacementProvider) -> Self {
+        self.state = Arc::new(State {
+            metrics: Arc::clone(&self.state.metrics),
+            readiness: self.state.readiness.clone(),
+            placement: Some(provider),
+        });
+        self
     }
 
     /// The address actually bound.
@@ -189,10 +218,31 @@ fn route(state: &State, method: &Method, path: &str) -> Response<Full<Bytes>> {
             );
             response
         }
+        "/placement" => placement(state.placement.as_ref()),
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" if state.readiness.is_ready() => text(StatusCode::OK, "ok\n"),
         "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn placement(provider: Option<&PlacementProvider>) -> Response<Full<Bytes>> {
+    let Some(provider) = provider else {
+        return text(
+            StatusCode::NOT_FOUND,
+            "placement is off (both resource managers are none)\n",
+        );
+    };
+    match provider() {
+        Some(json) => {
+            let mut response = Response::new(Full::new(Bytes::from(json)));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        None => text(StatusCode::SERVICE_UNAVAILABLE, "placement is starting\n"),
     }
 }
 

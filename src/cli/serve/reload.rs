@@ -1,0 +1,138 @@
+//! What a SIGHUP may change: the reload decision as a pure function of the settings in force and
+//! the settings just read. Resource-manager settings are refused as the kubelet refuses them
+//! (they need a drained node); settings bound at start need a restart; the rest is applied.
+
+use std::net::SocketAddr;
+
+use super::Settings;
+use crate::k8s::kubelet_config::KubeletConfiguration;
+
+/// Why a changed setting is refused after a drained node.
+pub const NEEDS_DRAIN: &str =
+    "needs a drained node, as in the kubelet: drain, restart numa-shim with the new file (a new \
+     policy also needs the checkpoint in stateDir removed), uncordon";
+/// Why a changed setting is refused until a restart.
+pub const NEEDS_RESTART: &str = "takes effect at the next restart of numa-shim";
+
+/// The decision for one reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadPlan {
+    /// Changes applied now.
+    pub apply: Vec<Change>,
+    /// Changed settings left as they were, with why.
+    pub refused: Vec<Refusal>,
+}
+
+/// A change applied while serving.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Move `/metrics`, `/healthz`, `/readyz`, `/placement` (or turn them off).
+    MetricsAddress(Option<SocketAddr>),
+}
+
+/// A changed setting that is not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The configuration key.
+    pub field: &'static str,
+    pub reason: &'static str,
+}
+
+/// Compares the settings in force with the new ones.
+pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
+    let mut plan = ReloadPlan::default();
+    if old.metrics_address != new.metrics_address {
+        plan.apply.push(Change::MetricsAddress(new.metrics_address));
+    }
+    let restart: [(&'static str, bool); 10] = [
+        ("listen", old.listen != new.listen),
+        ("runtime", old.runtime != new.runtime),
+        ("socketMode", old.socket.mode != new.socket.mode),
+        ("socketGroup", old.socket.group != new.socket.group),
+        (
+            "shutdownGracePeriod",
+            old.shutdown_grace != new.shutdown_grace,
+        ),
+        ("logFormat", old.log_format != new.log_format),
+        ("stateDir", old.state_dir != new.state_dir),
+        ("topology", old.topology != new.topology),
+        ("podKnowledge", old.spec_source != new.spec_source),
+        ("driftPeriod", old.drift_period != new.drift_period),
+    ];
+    for (field, changed) in restart {
+        if changed {
+            plan.refused.push(Refusal {
+                field,
+                reason: NEEDS_RESTART,
+            });
+        }
+    }
+    for field in kubelet_changes(&old.kubelet, &new.kubelet) {
+        plan.refused.push(Refusal {
+            field,
+            reason: NEEDS_DRAIN,
+        });
+    }
+    plan
+}
+
+/// The settings in force after applying `plan` to `old` (refused changes stay out).
+pub fn applied(old: &Settings, plan: &ReloadPlan) -> Settings {
+    let mut next = old.clone();
+    for change in &plan.apply {
+        match change {
+            Change::MetricsAddress(addr) => next.metrics_address = *addr,
+        }
+    }
+    next
+}
+
+/// The resource-manager keys whose values differ.
+fn kubelet_changes(a: &KubeletConfiguration, b: &KubeletConfiguration) -> Vec<&'static str> {
+    let fields: [(&'static str, bool); 13] = [
+        ("featureGates", a.feature_gates != b.feature_gates),
+        (
+            "cpuManagerPolicy",
+            a.cpu_manager_policy != b.cpu_manager_policy,
+        ),
+        (
+            "cpuManagerPolicyOptions",
+            a.cpu_manager_policy_options != b.cpu_manager_policy_options,
+        ),
+        (
+            "reservedSystemCPUs",
+            a.reserved_system_cpus != b.reserved_system_cpus,
+        ),
+        ("kubeReserved", a.kube_reserved != b.kube_reserved),
+        ("systemReserved", a.system_reserved != b.system_reserved),
+        ("evictionHard", a.eviction_hard != b.eviction_hard),
+        (
+            "mergeDefaultEvictionSettings",
+            a.merge_default_eviction_settings != b.merge_default_eviction_settings,
+        ),
+        (
+            "memoryManagerPolicy",
+            a.memory_manager_policy != b.memory_manager_policy,
+        ),
+        ("reservedMemory", a.reserved_memory != b.reserved_memory),
+        (
+            "topologyManagerPolicy",
+            a.topology_manager_policy != b.topology_manager_policy,
+        ),
+        (
+            "topologyManagerScope",
+            a.topology_manager_scope != b.topology_manager_scope,
+        ),
+        (
+            "topologyManagerPolicyOptions",
+            a.topology_manager_policy_options != b.topology_manager_policy_options,
+        ),
+    ];
+    fields
+        .into_iter()
+        .filter_map(|(field, changed)| changed.then_some(field))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,176 @@
+//! Validation of numa-shim's own keys: every value is checked on its own and against the keys it
+//! must agree with, and each problem names the key as written in the file and the reason. The
+//! kubelet fields are validated by `KubeletConfiguration::resolve`, which needs the machine.
+//! Never reads files or sockets: paths are checked for shape only.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{parse_duration, parse_mode, Config};
+use crate::relay;
+
+/// The API version a flattened KubeletConfiguration may declare.
+const KUBELET_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+
+/// One rejected value: the key as written in the file and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct FieldError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl Config {
+    /// Every problem with numa-shim's own keys, in key order; empty when the file is usable.
+    pub fn validate(&self) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let mut check = |field: &'static str, result: Result<(), String>| {
+            if let Err(reason) = result {
+                errors.push(FieldError { field, reason });
+            }
+        };
+        let listen = self.listen.as_deref().map(endpoint);
+        let runtime = self.runtime.as_deref().map(endpoint);
+        check("listen", listen.clone().map_or(Ok(()), |r| r.map(drop)));
+        check("runtime", runtime.clone().map_or(Ok(()), |r| r.map(drop)));
+        if let (Some(Ok(l)), Some(Ok(r))) = (&listen, &runtime) {
+            check(
+                "runtime",
+                (l != r)
+                    .then_some(())
+                    .ok_or_else(|| "is the same socket as listen".to_string()),
+            );
+        }
+        check("socketMode", opt(self.socket_mode.as_deref(), socket_mode));
+        check(
+            "shutdownGracePeriod",
+            opt(self.shutdown_grace_period.as_deref(), |t| {
+                parse_duration(t).map(drop).map_err(|e| e.to_string())
+            }),
+        );
+        check("driftPeriod", opt(self.drift_period.as_deref(), positive));
+        check("logFormat", self.log_formats_agree());
+        check("stateDir", opt(self.state_dir.as_deref(), absolute));
+        check("topology", opt(self.topology.as_deref(), not_empty));
+        check(
+            "podsApiSocket",
+            opt(self.pods_api_socket.as_deref(), absolute),
+        );
+        check(
+            "podResourcesSocket",
+            opt(self.pod_resources_socket.as_deref(), absolute),
+        );
+        check(
+            "metricsAddress",
+            opt(self.metrics_address.as_deref(), metrics_address),
+        );
+        check(
+            "kubeletConfig",
+            opt(self.kubelet_config.as_deref(), not_empty),
+        );
+        check(
+            "apiVersion",
+            opt(self.kubelet.api_version.as_deref(), |v| {
+                expect(v, KUBELET_API_VERSION)
+            }),
+        );
+        check(
+            "kind",
+            opt(self.kubelet.kind.as_deref(), |v| {
+                expect(v, "KubeletConfiguration")
+            }),
+        );
+        errors
+    }
+
+    /// Whether the file carries kubelet resource-manager fields of its own (besides
+    /// `apiVersion`/`kind`), which `kubeletConfig` would shadow.
+    pub fn has_kubelet_fields(&self) -> bool {
+        let mut own = self.kubelet.clone();
+        own.api_version = None;
+        own.kind = None;
+        own != Default::default()
+    }
+
+    fn log_formats_agree(&self) -> Result<(), String> {
+        match (
+            self.log_format,
+            self.logging.as_ref().and_then(|l| l.format),
+        ) {
+            (Some(a), Some(b)) if a != b => Err(format!(
+                "{a:?} disagrees with logging.format {b:?}; set one of them"
+            )
+            .to_lowercase()),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn opt<T: ?Sized>(
+    value: Option<&T>,
+    check: impl FnOnce(&T) -> Result<(), String>,
+) -> Result<(), String> {
+    value.map_or(Ok(()), check)
+}
+
+fn endpoint(text: &str) -> Result<std::path::PathBuf, String> {
+    relay::parse_endpoint(text).map_err(|e| e.to_string())
+}
+
+fn socket_mode(text: &str) -> Result<(), String> {
+    let mode = parse_mode(text).map_err(|e| e.to_string())?;
+    if mode & 0o600 != 0o600 {
+        return Err(format!(
+            "mode {text:?} does not let numa-shim's user read and write its own socket"
+        ));
+    }
+    if mode & 0o002 != 0 {
+        return Err(format!(
+            "mode {text:?} lets every local user write the CRI socket (and so run containers)"
+        ));
+    }
+    Ok(())
+}
+
+fn positive(text: &str) -> Result<(), String> {
+    match parse_duration(text) {
+        Ok(Duration::ZERO) => Err(format!("{text:?} must be longer than 0")),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn absolute(path: &Path) -> Result<(), String> {
+    if path.is_absolute() {
+        Ok(())
+    } else {
+        Err(format!("{:?} must be an absolute path", path.display()))
+    }
+}
+
+fn not_empty(path: &Path) -> Result<(), String> {
+    if path.as_os_str().is_empty() {
+        Err("must not be empty".to_string())
+    } else {
+        Ok(())
+    }
+}
+
+fn metrics_address(text: &str) -> Result<(), String> {
+    let addr: SocketAddr = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not an IP:port address, e.g. 127.0.0.1:9464"))?;
+    if addr.port() == 0 {
+        return Err(format!("{text:?} needs a fixed port for scrapers to find"));
+    }
+    Ok(())
+}
+
+fn expect(value: &str, wanted: &str) -> Result<(), String> {
+    if value == wanted {
+        Ok(())
+    } else {
+        Err(format!("{value:?} is not {wanted:?}"))
+    }
+}

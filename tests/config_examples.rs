@@ -1,0 +1,120 @@
+//! `check-config` on the shared example files (as `--kubelet-config`, against
+//! `topoDualSocketHT` with 16Gi per NUMA node) and on the packaged configuration files: what it says about each is what
+//! docs/configuration.md quotes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use numa_shim::cli::check_config::{check, check_files, Args};
+use numa_shim::config::Config;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn shared(sub: &str) -> PathBuf {
+    root().join("../shared/fixtures").join(sub)
+}
+
+/// `topoDualSocketHT` with 16Gi of memory on each of its two NUMA nodes (the fixture has CPUs
+/// only; the Memory Manager needs sizes), written to a file in `dir`.
+fn machine_in(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/fixtures/topologies/topoDualSocketHT.json"),
+    )
+    .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    doc["numa"] = serde_json::json!([{"id": 0, "memory": "16Gi"}, {"id": 1, "memory": "16Gi"}]);
+    let path = dir.join("topology.json");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn shared_examples_as_kubelet_config() {
+    let no_kubelet = "no KubeletConfiguration document";
+    let expected: &[(&str, &str)] = &[
+        ("container-scope-mixed.yaml", no_kubelet),
+        ("empty-shared-pool.yaml", no_kubelet),
+        (
+            "kubelet-high-performance-node.yaml",
+            "reservedMemory: the total amount \"1Gi\" of type \"memory\" is not equal to the value \"100Mi\"",
+        ),
+        (
+            "kubelet-pod-scope.yaml",
+            "reservedMemory: the total amount \"0\" of type \"memory\" is not equal to the value \"100Mi\"",
+        ),
+        ("pod-level-resource-demo.yaml", no_kubelet),
+        ("pod-scope-mixed.yaml", no_kubelet),
+    ];
+    let mut seen: Vec<String> = std::fs::read_dir(shared("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    seen.sort();
+    let names: Vec<&str> = expected.iter().map(|(n, _)| *n).collect();
+    assert_eq!(seen, names, "every example file has an expectation");
+    let dir = tempfile::tempdir().unwrap();
+    let machine = machine_in(dir.path());
+    for (name, error) in expected {
+        let path = shared(&format!("examples/{name}"));
+        let f = check(&Config::default(), Some(&path), &machine);
+        assert_eq!(f.errors.len(), 1, "{name}: {f:?}");
+        assert!(f.errors[0].contains(error), "{name}: {f:?}");
+    }
+}
+
+#[test]
+fn high_performance_example_passes_once_memory_adds_up() {
+    // The same settings plus systemReserved memory: 1Gi - 100Mi, so that reservedMemory (1Gi)
+    // equals kubeReserved + systemReserved + evictionHard (100Mi default).
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(shared("examples/kubelet-high-performance-node.yaml"))
+        .unwrap()
+        + "systemReserved:\n  memory: 924Mi\n";
+    let path = dir.path().join("kubelet.yaml");
+    std::fs::write(&path, text).unwrap();
+    let f = check(&Config::default(), Some(&path), &machine_in(dir.path()));
+    assert!(f.errors.is_empty(), "{f:?}");
+}
+
+#[test]
+fn packaged_configs_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let machine = machine_in(dir.path());
+    for name in ["config.yaml", "pod-scope.yaml", "high-performance.yaml"] {
+        let f = check_files(&Args {
+            config: Some(root().join("packaging/config").join(name)),
+            kubelet_config: None,
+            topology: Some(machine.clone()),
+        });
+        assert!(f.errors.is_empty(), "{name}: {f:?}");
+    }
+}
+
+#[test]
+fn the_command_prints_ok_or_errors_with_exit_status() {
+    let bin = env!("CARGO_BIN_EXE_numa-shim");
+    let dir = tempfile::tempdir().unwrap();
+    let machine = machine_in(dir.path());
+    let ok = Command::new(bin)
+        .args(["check-config", "--config"])
+        .arg(root().join("packaging/config/config.yaml"))
+        .arg("--topology")
+        .arg(&machine)
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "OK\n");
+    let bad = Command::new(bin)
+        .args(["check-config", "--kubelet-config"])
+        .arg(shared("examples/kubelet-pod-scope.yaml"))
+        .arg("--topology")
+        .arg(&machine)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    let out = String::from_utf8_lossy(&bad.stdout);
+    assert!(out.starts_with("error: reservedMemory:"), "{out}");
+}
