@@ -423,8 +423,9 @@ impl Registry {
     }
 
     /// Adds an inferred container to an inferred pod by re-admitting the pod with it. Kept only
-    /// if every container placed so far keeps its CPUs; otherwise the pod stays as it was and the
-    /// new container runs in the pod's shared pool (it is simply not in the spec).
+    /// if every exclusive slice handed out so far stays where it is (shared containers follow
+    /// the pod pool through pool updates); otherwise the pod stays as it was and the new
+    /// container runs in the pod's shared pool (it is simply not in the spec).
     fn extend_inferred(
         &mut self,
         uid: &str,
@@ -436,10 +437,11 @@ impl Registry {
         let mut spec = record.spec.clone();
         spec.containers.retain(|c| c.name != PLACEHOLDER);
         spec.containers.push(container);
+        // Exclusive slices never move; containers in the pool follow it (pool updates).
         let before: Vec<(String, CpuSet)> = self
             .containers
             .values()
-            .filter(|c| c.pod_uid == uid)
+            .filter(|c| c.pod_uid == uid && c.exclusive)
             .map(|c| (c.name.clone(), c.cpus.clone()))
             .collect();
         let saved = self.node.clone();

@@ -253,6 +253,36 @@ fn inferred_pod_is_extended_container_by_container() {
 }
 
 #[test]
+fn inferred_sidecars_first_then_main_gets_a_slice_and_the_pool_follows() {
+    let mut r = registry();
+    r.admit(
+        inferred_sandbox_spec(pod("i", Some(guaranteed(2, 2)), vec![])),
+        Source::Inferred,
+    )
+    .unwrap();
+    r.commit_sandbox("i", "sb");
+    let s1 = r
+        .decide_container("sb", "s1", |_| app("s1", Resources::default()))
+        .unwrap()
+        .unwrap();
+    r.commit_container("c1", "sb", "s1", &s1);
+    assert_eq!(s1.cpus.len(), 2, "alone, the sidecar has the whole budget");
+    let main = r
+        .decide_container("sb", "main", |_| app("main", guaranteed(1, 1)))
+        .unwrap()
+        .unwrap();
+    assert!(main.exclusive && main.cpus.len() == 1, "{main:?}");
+    let updates = r.pending_updates();
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert_eq!(updates[0].container_id, "c1");
+    assert_eq!(
+        updates[0].cpus,
+        s1.cpus.difference(&main.cpus),
+        "the sidecar shrinks to the pool"
+    );
+}
+
+#[test]
 fn inferred_container_that_empties_the_pool_is_rejected() {
     let mut r = registry();
     r.admit(
