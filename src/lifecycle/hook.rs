@@ -15,6 +15,7 @@ use super::store::Store;
 use crate::cpuset::CpuSet;
 use crate::knowledge::infer::{self, CriResources};
 use crate::knowledge::Knowledge;
+use crate::placement::config::TopologyScope;
 use crate::placement::node::Isolation;
 use crate::placement::{AdmissionError, PodSpec};
 use crate::proto::cri::v1 as cri;
@@ -115,7 +116,17 @@ impl PlacementHook {
             Some(spec) => (spec, Source::Spec),
             None => {
                 let pod = infer::pod_from_sandbox(&meta.uid, &meta.namespace, &meta.name, &sandbox);
-                (inferred_sandbox_spec(pod), Source::Inferred)
+                // The stand-in container only matters for the pod scope's bubble; in container
+                // scope it would be a container without requests, which the Static memory
+                // manager refuses, so every inferred Guaranteed pod would be rejected.
+                let pod_scope =
+                    self.placer.registry().node().config().topology_scope == TopologyScope::Pod;
+                let spec = if pod_scope {
+                    inferred_sandbox_spec(pod)
+                } else {
+                    pod
+                };
+                (spec, Source::Inferred)
             }
         };
         let result = self.placer.registry().admit(spec.clone(), source);
