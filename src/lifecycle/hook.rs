@@ -223,7 +223,12 @@ impl PlacementHook {
                         &decision,
                     );
                 }
-                false
+                // The pool may have changed while the call was in flight (another pod admitted
+                // or released): then the cpuset just applied is already stale and the pool
+                // updater must run, or the container keeps it until the next drift tick.
+                registry
+                    .applied(&resp.container_id)
+                    .is_some_and(|c| registry.desired(c).is_some_and(|want| want != c.cpus))
             }
             (CriRequest::RemoveContainer(req), _) if ok => {
                 registry.remove_container(&req.container_id);
