@@ -74,12 +74,24 @@ async fn node_shared_pool_follows_exclusive_pods_in_and_out() {
         );
     }
 
-    kubelet.delete_pod(&web).await;
+    // StopPodSandbox alone gives the bubble back; the later removal changes nothing more.
+    kubelet.stop_sandbox(&web.sandbox).await;
     shim.eventually("the bubble returns to the burstable container", |f| {
         f.resources(&app).cpuset_cpus == all.to_string()
     })
     .await;
     assert_eq!(shim.shared(), all);
+    let pushed = shim.fake().updates_for(&app).len();
+    kubelet.delete_pod(&web).await;
+    assert_eq!(shim.shared(), all);
+    let web2 = plr_pod("web2", 4, 2);
+    kubelet.start_pod(&web2).await.unwrap();
+    let bubble2 = pod_cpus(&shim, &web2);
+    shim.eventually("and leaves again for the next pod", |f| {
+        f.resources(&app).cpuset_cpus == all.difference(&bubble2).to_string()
+    })
+    .await;
+    assert_eq!(shim.fake().updates_for(&app).len(), pushed + 1);
 }
 
 #[tokio::test]
@@ -450,4 +462,39 @@ async fn a_failed_create_container_is_retried_on_the_same_cpus_and_released_with
     kubelet.delete_pod(&running).await;
     assert_eq!(shim.shared(), all);
     assert!(shim.started.placer.registry().pods().is_empty());
+}
+
+#[tokio::test]
+async fn a_sandbox_without_containers_is_readmitted_from_its_annotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let setup = Setup::new(FOUR, "single-numa-node", "pod");
+    let topology = setup.topology.clone();
+    let shim = Shim::start(dir.path(), &setup).await;
+    let kubelet = shim.kubelet().await;
+    let early = plr_pod("early", 4, 2);
+    let sandbox = kubelet.run_sandbox(&early).await.unwrap();
+    let shared = shim.shared();
+    assert_eq!(
+        shared.len(),
+        topology.cpu_set().len() - 4,
+        "bubble reserved"
+    );
+
+    let runtime = shim.stop().await;
+    std::fs::remove_file(dir.path().join("state/numa-shim-state.json")).unwrap();
+    let shim = Shim::start_with(dir.path(), &setup, runtime).await;
+    let recovery = shim.started.recovery.clone();
+    assert_eq!(
+        (recovery.readmitted, recovery.adopted),
+        (1, 0),
+        "{recovery:?}"
+    );
+    assert_eq!(shim.shared(), shared, "the same bubble, nothing moved");
+    let kubelet = shim.kubelet().await;
+    for c in early.all() {
+        kubelet.create(&early, &sandbox, &c.name).await.unwrap();
+    }
+    let bubble = pod_cpus(&shim, &early);
+    assert_eq!(bubble, topology.cpu_set().difference(&shared));
+    assert_eq!(received(&shim.fake().created("early", "main")).quota, -1);
 }

@@ -374,3 +374,47 @@ async fn container_scope_static_memory_classic_and_burstable_pods() {
         "the node pool spans every node"
     );
 }
+
+/// A container asking for exactly the pod budget: the Pods API knows it declared resources
+/// (exclusive slice, quota lifted); CRI alone cannot tell it from a container without any
+/// (pod shared pool, quota kept) — docs/pod-knowledge.md, rule C2.
+#[tokio::test]
+async fn the_pods_api_spec_is_what_placement_uses() {
+    for mode in [Mode::PodsApi, Mode::CriOnly] {
+        let dir = tempfile::tempdir().unwrap();
+        let setup = Setup::new(FOUR, "single-numa-node", "pod");
+        let topology = setup.topology.clone();
+        let (shim, api) = start(dir.path(), setup, mode).await;
+        let kubelet = shim.kubelet().await;
+        let whole = pod("whole")
+            .pod_level(Res::guaranteed(4000, 4 * GI))
+            .container("main", Res::guaranteed(4000, 4 * GI));
+        announce(&api, &whole).await;
+        kubelet.start_pod(&whole).await.unwrap();
+        let main = received(&shim.fake().created("whole", "main"));
+        let node = one_numa(&topology, &main.cpus);
+        assert_eq!(
+            (main.cpus.len(), main.mems.clone()),
+            (4, node.to_string()),
+            "{mode:?}"
+        );
+        let want = if mode == Mode::PodsApi {
+            -1
+        } else {
+            quota(4000)
+        };
+        assert_eq!(main.quota, want, "{mode:?}");
+        let state = shim.fake().state();
+        let annotation = &state.sandbox_requests[0]
+            .config
+            .as_ref()
+            .unwrap()
+            .annotations[POD_ANNOTATION];
+        let source = if mode == Mode::PodsApi {
+            "\"spec\""
+        } else {
+            "\"inferred\""
+        };
+        assert!(annotation.contains(source), "{mode:?}: {annotation}");
+    }
+}

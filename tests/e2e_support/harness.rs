@@ -271,6 +271,17 @@ impl Kubelet {
         })
     }
 
+    /// StopPodSandbox alone (the kubelet stops a pod well before it removes it).
+    pub async fn stop_sandbox(&self, sandbox: &str) {
+        self.client
+            .clone()
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: sandbox.to_string(),
+            })
+            .await
+            .unwrap();
+    }
+
     /// StopContainer for each container, StopPodSandbox, RemoveContainer, RemovePodSandbox.
     pub async fn delete_pod(&self, pod: &RunningPod) {
         let mut client = self.client.clone();
