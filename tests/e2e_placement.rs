@@ -141,13 +141,14 @@ async fn too_big_for_one_node(fixture: &str, mode: Mode) {
         err.message(),
         "TopologyAffinityError: Resources cannot be allocated with Topology locality"
     );
-    let state = shim.fake().state();
-    assert!(
-        state.sandbox_requests.is_empty(),
-        "runtime received a sandbox"
-    );
-    assert!(state.create_requests.is_empty());
-    drop(state);
+    {
+        let state = shim.fake().state();
+        assert!(
+            state.sandbox_requests.is_empty(),
+            "runtime received a sandbox"
+        );
+        assert!(state.create_requests.is_empty());
+    }
 
     // Nothing was held: a pod that fits still gets a node.
     let small = plr_pod("small", 2, 1);

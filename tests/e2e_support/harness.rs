@@ -330,12 +330,14 @@ impl Kubelet {
 
 type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<WatchPodsEvent, Status>> + Send>>;
 
+type Watcher = mpsc::Sender<Result<WatchPodsEvent, Status>>;
+
 /// A fake kubelet Pods API: the pods it was given, an ADDED event for each on watch, then
 /// INITIAL_SYNC_COMPLETE, then live ADDED events.
 #[derive(Clone, Default)]
 pub struct PodsApi {
     pods: Arc<Mutex<Vec<Vec<u8>>>>,
-    watchers: Arc<Mutex<Vec<mpsc::Sender<Result<WatchPodsEvent, Status>>>>>,
+    watchers: Arc<Mutex<Vec<Watcher>>>,
 }
 
 impl PodsApi {
@@ -395,12 +397,7 @@ impl Pods for PodsApi {
         }))
     }
 
-    async fn get_pod(
-        &self,
-        request: Request<GetPodRequest>,
-    ) -> Result<Response<GetPodResponse>, Status> {
-        let uid = request.into_inner().pod_uid;
-        let _ = uid;
+    async fn get_pod(&self, _: Request<GetPodRequest>) -> Result<Response<GetPodResponse>, Status> {
         Err(Status::not_found("not served by the fake"))
     }
 }
