@@ -16,6 +16,7 @@ use crate::cpuset::CpuSet;
 use crate::inspect::{admission_allocations, container_assignments};
 use crate::knowledge::infer::{self, CriResources};
 use crate::knowledge::Knowledge;
+use crate::placement::config::TopologyScope;
 use crate::placement::node::Isolation;
 use crate::placement::{AdmissionError, PodSpec};
 use crate::proto::cri::v1 as cri;
@@ -147,7 +148,17 @@ impl PlacementHook {
             Some(spec) => (spec, Source::Spec),
             None => {
                 let pod = infer::pod_from_sandbox(&meta.uid, &meta.namespace, &meta.name, &sandbox);
-                (inferred_sandbox_spec(pod), Source::Inferred)
+                // The stand-in container only matters for the pod scope's bubble; in container
+                // scope it would be a container without requests, which the Static memory
+                // manager refuses, so every inferred Guaranteed pod would be rejected.
+                let pod_scope =
+                    self.placer.registry().node().config().topology_scope == TopologyScope::Pod;
+                let spec = if pod_scope {
+                    inferred_sandbox_spec(pod)
+                } else {
+                    pod
+                };
+                (spec, Source::Inferred)
             }
         };
         let (result, allocations) = {
@@ -261,7 +272,12 @@ impl PlacementHook {
                         self.placer.metrics.container_assignment(resource, kind);
                     }
                 }
-                false
+                // The pool may have changed while the call was in flight (another pod admitted
+                // or released): then the cpuset just applied is already stale and the pool
+                // updater must run, or the container keeps it until the next drift tick.
+                registry
+                    .applied(&resp.container_id)
+                    .is_some_and(|c| registry.desired(c).is_some_and(|want| want != c.cpus))
             }
             (CriRequest::RemoveContainer(req), _) if ok => {
                 registry.remove_container(&req.container_id);

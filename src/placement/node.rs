@@ -258,6 +258,11 @@ impl Node {
         for name in names {
             self.remove_container(pod_uid, &name);
         }
+        // A pod admitted without containers has nothing live whose removal would drop it.
+        if self.pods.get(pod_uid).is_some_and(|r| r.live.is_empty()) {
+            self.pods.remove(pod_uid);
+            self.memory.remove_pod(pod_uid);
+        }
     }
 
     /// Admitted pod UIDs, sorted.

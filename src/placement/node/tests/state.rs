@@ -168,3 +168,24 @@ fn policy_none_has_no_reserved_or_allocatable_cpus() {
     ));
     assert_eq!(s.allocatable_cpus(), cpus("1-11"));
 }
+
+#[test]
+fn a_pod_admitted_without_containers_can_be_removed_and_admitted_again() {
+    let mut n = node(with_memory(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Container,
+    )));
+    n.admit(&pod("p", vec![], vec![], Some((4000, 4 * GI))))
+        .unwrap();
+    n.remove_pod("p");
+    assert!(n.pods().is_empty(), "record left behind");
+    let with_app = pod(
+        "p",
+        vec![],
+        vec![gu("main", ContainerRole::App, 2000, 2 * GI)],
+        Some((4000, 4 * GI)),
+    );
+    n.admit(&with_app).unwrap();
+    let main = n.container("p", "main").expect("the new spec was admitted");
+    assert!(main.exclusive && main.cpus.len() == 2, "{main:?}");
+}

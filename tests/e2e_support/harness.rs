@@ -1,0 +1,403 @@
+//! numa-shim as a test runs it: the fake runtime, placement (`lifecycle::start` with the real
+//! `PlacementHook`) and the relay on unix sockets in a temporary directory, plus a kubelet-like
+//! CRI client and a fake kubelet Pods API server.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use numa_shim::cpuset::CpuSet;
+use numa_shim::k8s::kubelet_config::KubeletConfiguration;
+use numa_shim::lifecycle::{self, Options, SpecSource, Started};
+use numa_shim::placement::Config;
+use numa_shim::proto::cri::v1 as cri;
+use numa_shim::proto::podsapi::v1alpha1::pods_server::{Pods, PodsServer};
+use numa_shim::proto::podsapi::v1alpha1::{
+    EventType, GetPodRequest, GetPodResponse, ListPodsRequest, ListPodsResponse, WatchPodsEvent,
+    WatchPodsRequest,
+};
+use numa_shim::relay::RelayBuilder;
+use numa_shim::telemetry::Metrics;
+use numa_shim::topology::Topology;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+use super::kubelet::{PodDef, GI};
+use super::runtime::{Fake, Runtime};
+
+/// A kubelet fixture topology from shared/fixtures/topologies with `memory` bytes per NUMA node.
+pub fn machine(fixture: &str, memory: u64) -> Topology {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/topologies")
+        .join(format!("{fixture}.json"));
+    let mut topology = Topology::load(&path).unwrap();
+    for node in &mut topology.numa {
+        node.memory = memory;
+    }
+    topology
+}
+
+/// The fixture with 16Gi per NUMA node.
+pub fn fixture(name: &str) -> Topology {
+    machine(name, 16 * GI)
+}
+
+/// Resource-manager settings as a KubeletConfiguration: static CPU and memory managers, the
+/// pod-level gates on, CPU 0 and 100Mi on node 0 reserved, then `extra` YAML lines.
+pub fn kubelet_yaml(policy: &str, scope: &str, extra: &str) -> String {
+    let memory = if extra.contains("memoryManagerPolicy") {
+        ""
+    } else {
+        "memoryManagerPolicy: Static\nreservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]\n"
+    };
+    format!(
+        "cpuManagerPolicy: static\n{memory}topologyManagerPolicy: {policy}\n\
+         topologyManagerScope: {scope}\nreservedSystemCPUs: \"0\"\n\
+         featureGates: {{PodLevelResources: true, PodLevelResourceManagers: true}}\n{extra}"
+    )
+}
+
+pub fn config(yaml: &str, topology: &Topology) -> Config {
+    KubeletConfiguration::from_yaml(yaml)
+        .unwrap()
+        .resolve(topology)
+        .unwrap()
+        .config
+}
+
+/// numa-shim running in front of a fake runtime.
+pub struct Shim {
+    pub dir: PathBuf,
+    pub runtime: Runtime,
+    pub started: Started,
+    relay: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    pub listen: PathBuf,
+}
+
+/// What to start.
+#[derive(Clone)]
+pub struct Setup {
+    pub topology: Topology,
+    pub config: Config,
+    pub spec_source: SpecSource,
+}
+
+impl Setup {
+    pub fn new(fixture_name: &str, policy: &str, scope: &str) -> Self {
+        let topology = fixture(fixture_name);
+        let config = config(&kubelet_yaml(policy, scope, ""), &topology);
+        Self {
+            topology,
+            config,
+            spec_source: SpecSource::CriOnly,
+        }
+    }
+
+    /// Like `new` with `extra` KubeletConfiguration lines (which may set memoryManagerPolicy).
+    pub fn with(fixture_name: &str, policy: &str, scope: &str, extra: &str) -> Self {
+        let topology = fixture(fixture_name);
+        let config = config(&kubelet_yaml(policy, scope, extra), &topology);
+        Self {
+            topology,
+            config,
+            spec_source: SpecSource::CriOnly,
+        }
+    }
+
+    pub fn pods_api(mut self, socket: &Path) -> Self {
+        self.spec_source = SpecSource::PodsApi(socket.to_path_buf());
+        self
+    }
+}
+
+impl Shim {
+    /// Starts a fresh fake runtime and numa-shim with its state in `dir`.
+    pub async fn start(dir: &Path, setup: &Setup) -> Self {
+        let runtime = Runtime::start(&dir.join("runtime.sock"), Fake::default()).await;
+        Self::start_with(dir, setup, runtime).await
+    }
+
+    /// Starts numa-shim in front of an already running fake runtime.
+    pub async fn start_with(dir: &Path, setup: &Setup, runtime: Runtime) -> Self {
+        let options = Options {
+            topology: setup.topology.clone(),
+            config: setup.config.clone(),
+            state_dir: dir.join("state"),
+            spec_source: setup.spec_source.clone(),
+            pool: lifecycle::pool::PoolSettings {
+                retry_backoff: Duration::from_millis(10),
+                ..Default::default()
+            },
+            runtime_wait: Some(Duration::from_secs(5)),
+        };
+        let started = lifecycle::start(options, runtime.path.clone(), Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        let listen = dir.join("shim.sock");
+        let relay = RelayBuilder::new(&listen, &runtime.path)
+            .hook(started.hook.clone())
+            .bind()
+            .await
+            .unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(relay.serve_with_shutdown(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            dir: dir.to_path_buf(),
+            runtime,
+            started,
+            relay: Some((stop, task)),
+            listen,
+        }
+    }
+
+    pub fn fake(&self) -> &Fake {
+        &self.runtime.fake
+    }
+
+    pub async fn kubelet(&self) -> Kubelet {
+        Kubelet::connect(&self.listen).await
+    }
+
+    /// Stops the relay and placement; the fake runtime keeps running and is handed back.
+    pub async fn stop(mut self) -> Runtime {
+        if let Some((stop, task)) = self.relay.take() {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        self.started.stop();
+        self.runtime
+    }
+
+    /// The node shared pool as numa-shim sees it now.
+    pub fn shared(&self) -> CpuSet {
+        self.started.placer.registry().node().shared_cpus()
+    }
+
+    /// Waits until `check` holds (the pool updater works in the background).
+    pub async fn eventually(&self, what: &str, check: impl Fn(&Fake) -> bool) {
+        for _ in 0..200 {
+            if check(self.fake()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("timed out waiting for: {what}");
+    }
+}
+
+/// A tonic channel over a unix socket.
+pub async fn channel(path: &Path) -> Channel {
+    let path = path.to_path_buf();
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+        .unwrap()
+}
+
+/// A pod the kubelet started: its sandbox id and container ids by name.
+#[derive(Debug, Clone)]
+pub struct RunningPod {
+    pub sandbox: String,
+    pub containers: BTreeMap<String, String>,
+}
+
+impl RunningPod {
+    pub fn id(&self, name: &str) -> &str {
+        &self.containers[name]
+    }
+}
+
+/// The kubelet side of CRI.
+#[derive(Clone)]
+pub struct Kubelet {
+    client: cri::runtime_service_client::RuntimeServiceClient<Channel>,
+}
+
+impl Kubelet {
+    pub async fn connect(socket: &Path) -> Self {
+        Self {
+            client: cri::runtime_service_client::RuntimeServiceClient::new(channel(socket).await),
+        }
+    }
+
+    pub async fn run_sandbox(&self, pod: &PodDef) -> Result<String, Status> {
+        let response = self
+            .client
+            .clone()
+            .run_pod_sandbox(pod.run_request())
+            .await?;
+        Ok(response.into_inner().pod_sandbox_id)
+    }
+
+    /// CreateContainer then StartContainer.
+    pub async fn create(&self, pod: &PodDef, sandbox: &str, name: &str) -> Result<String, Status> {
+        let mut client = self.client.clone();
+        let id = client
+            .create_container(pod.create_request(sandbox, name))
+            .await?
+            .into_inner()
+            .container_id;
+        client
+            .start_container(cri::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await?;
+        Ok(id)
+    }
+
+    /// The sandbox, then every container in kubelet order.
+    pub async fn start_pod(&self, pod: &PodDef) -> Result<RunningPod, Status> {
+        let sandbox = self.run_sandbox(pod).await?;
+        let mut containers = BTreeMap::new();
+        for c in pod.all() {
+            let id = self.create(pod, &sandbox, &c.name).await?;
+            containers.insert(c.name.clone(), id);
+        }
+        Ok(RunningPod {
+            sandbox,
+            containers,
+        })
+    }
+
+    /// StopPodSandbox alone (the kubelet stops a pod well before it removes it).
+    pub async fn stop_sandbox(&self, sandbox: &str) {
+        self.client
+            .clone()
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: sandbox.to_string(),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// StopContainer for each container, StopPodSandbox, RemoveContainer, RemovePodSandbox.
+    pub async fn delete_pod(&self, pod: &RunningPod) {
+        let mut client = self.client.clone();
+        for id in pod.containers.values() {
+            client
+                .stop_container(cri::StopContainerRequest {
+                    container_id: id.clone(),
+                    timeout: 0,
+                })
+                .await
+                .unwrap();
+        }
+        client
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: pod.sandbox.clone(),
+            })
+            .await
+            .unwrap();
+        for id in pod.containers.values() {
+            client
+                .remove_container(cri::RemoveContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await
+                .unwrap();
+        }
+        client
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: pod.sandbox.clone(),
+            })
+            .await
+            .unwrap();
+    }
+
+    pub async fn update(
+        &self,
+        request: cri::UpdateContainerResourcesRequest,
+    ) -> Result<(), Status> {
+        self.client
+            .clone()
+            .update_container_resources(request)
+            .await
+            .map(|_| ())
+    }
+}
+
+type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<WatchPodsEvent, Status>> + Send>>;
+
+type Watcher = mpsc::Sender<Result<WatchPodsEvent, Status>>;
+
+/// A fake kubelet Pods API: the pods it was given, an ADDED event for each on watch, then
+/// INITIAL_SYNC_COMPLETE, then live ADDED events.
+#[derive(Clone, Default)]
+pub struct PodsApi {
+    pods: Arc<Mutex<Vec<Vec<u8>>>>,
+    watchers: Arc<Mutex<Vec<Watcher>>>,
+}
+
+impl PodsApi {
+    /// Serves on `socket` until the returned task is aborted.
+    pub fn serve(&self, socket: &Path) -> JoinHandle<()> {
+        let incoming = UnixListenerStream::new(UnixListener::bind(socket).unwrap());
+        let server = tonic::transport::Server::builder().add_service(PodsServer::new(self.clone()));
+        tokio::spawn(async move {
+            let _ = server.serve_with_incoming(incoming).await;
+        })
+    }
+
+    /// The kubelet learns of a pod (before it creates its sandbox).
+    pub async fn add(&self, pod: &PodDef) {
+        let bytes = pod.pods_api_bytes();
+        self.pods.lock().unwrap().push(bytes.clone());
+        let watchers = self.watchers.lock().unwrap().clone();
+        for watcher in watchers {
+            let _ = watcher
+                .send(Ok(WatchPodsEvent {
+                    r#type: EventType::Added as i32,
+                    pod: bytes.clone(),
+                }))
+                .await;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Pods for PodsApi {
+    async fn watch_pods(
+        &self,
+        _: Request<WatchPodsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let (tx, rx) = mpsc::channel(1024);
+        let existing = self.pods.lock().unwrap().clone();
+        for pod in existing {
+            let _ = tx.try_send(Ok(WatchPodsEvent {
+                r#type: EventType::Added as i32,
+                pod,
+            }));
+        }
+        let _ = tx.try_send(Ok(WatchPodsEvent {
+            r#type: EventType::InitialSyncComplete as i32,
+            pod: Vec::new(),
+        }));
+        self.watchers.lock().unwrap().push(tx);
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn list_pods(
+        &self,
+        _: Request<ListPodsRequest>,
+    ) -> Result<Response<ListPodsResponse>, Status> {
+        Ok(Response::new(ListPodsResponse {
+            pods: self.pods.lock().unwrap().clone(),
+        }))
+    }
+
+    async fn get_pod(&self, _: Request<GetPodRequest>) -> Result<Response<GetPodResponse>, Status> {
+        Err(Status::not_found("not served by the fake"))
+    }
+}
