@@ -32,8 +32,8 @@ cat >"$out/images.yaml" <<EOF
 defaultTestContainerImage: $IT_BUSYBOX_IMAGE
 webServerTestImage: $IT_WEB_IMAGE
 EOF
-# The skip regex: the part of each non-comment line before " | reason".
-skip=$(grep -v -e '^#' -e '^\s*$' "$here/critest-skips.txt" | sed 's/ *|.*$//' | paste -sd'|')
+# The skip regex: the part of each non-comment line before " | " (the reason).
+skip=$(grep -v -e '^#' -e '^\s*$' "$here/critest-skips.txt" | sed 's/ | .*$//' | paste -sd'|')
 
 # run_critest NAME SOCKET: runs the suite, writes $out/NAME.json (ginkgo report) and NAME.log.
 run_critest() {
@@ -45,6 +45,7 @@ run_critest() {
         --ginkgo.json-report "$out/$name.json" >"$out/$name.log" 2>&1) || rc=$?
     it_log "critest $name: exit $rc in $(($(date +%s) - start))s (log $out/$name.log)"
     grep -E '^(Ran |FAIL!|SUCCESS!)' "$out/$name.log" >&2 || true
+    [[ -s $out/$name.json ]] || it_die "critest $name wrote no report; see $out/$name.log"
 }
 
 # specs FILE STATE: the full names of the specs in STATE (passed, failed, ...), sorted.

@@ -19,7 +19,9 @@ _it_blob() {
     printf 'sha256:%s %s\n' "$hex" "$size"
 }
 
-# _it_rootfs DIR: lays out a minimal busybox root file system in DIR.
+# _it_rootfs DIR: lays out a minimal busybox root file system in DIR. Applets are hard links (as in
+# the upstream busybox image, so masking /bin/ls masks only ls); Debian's busybox lacks pgrep and
+# ipcs, which critest runs, so small shell versions stand in for them.
 _it_rootfs() {
     local root=$1 applet
     mkdir -p "$root"/{bin,etc,tmp,proc,sys,dev,www,root}
@@ -27,8 +29,31 @@ _it_rootfs() {
     cp "$IT_BUSYBOX" "$root/bin/busybox"
     for applet in $("$IT_BUSYBOX" --list); do
         [[ $applet == busybox || $applet == *'['* ]] && continue
-        ln -s busybox "$root/bin/$applet"
+        ln "$root/bin/busybox" "$root/bin/$applet"
     done
+    cat >"$root/bin/pgrep" <<'EOS'
+#!/bin/sh
+# pgrep PATTERN: pids whose command line matches PATTERN (not this script's own).
+found=1
+for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [ "$pid" = "$$" ] && continue
+    cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+    case $cmd in *pgrep*) continue ;; esac
+    if echo "$cmd" | grep -qE "$1"; then echo "$pid"; found=0; fi
+done
+exit $found
+EOS
+    cat >"$root/bin/ipcs" <<'EOS'
+#!/bin/sh
+# ipcs -m: the shared memory segments of this IPC namespace (key, shmid, owner uid, perms, bytes).
+echo "------ Shared Memory Segments --------"
+echo "key        shmid      owner      perms      bytes"
+tail -n +2 /proc/sysvipc/shm | while read -r key shmid perms size _ _ _ uid _; do
+    echo "$key $shmid $uid $perms $size"
+done
+EOS
+    chmod 755 "$root/bin/pgrep" "$root/bin/ipcs"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
     printf 'numa-shim-it web server\n' >"$root/www/index.html"
@@ -64,8 +89,9 @@ EOF
 it_import_images() {
     local sock=$1 dir=$IT_WORK/images
     mkdir -p "$dir"
-    if [[ ! -s $dir/pause.tar || $dir/pause.tar -ot $IT_BUSYBOX ]]; then
-        it_build_image "$dir/pause.tar" "$IT_PAUSE_IMAGE" '["/bin/sleep","infinity"]'
+    if [[ ! -s $dir/pause.tar || $dir/pause.tar -ot $IT_BUSYBOX || $dir/pause.tar -ot ${BASH_SOURCE[0]} ]]; then
+        # Not `sleep`: pods share a PID namespace and critest greps for its own sleep processes.
+        it_build_image "$dir/pause.tar" "$IT_PAUSE_IMAGE" '["/bin/tail","-f","/dev/null"]'
         it_build_image "$dir/busybox.tar" "$IT_BUSYBOX_IMAGE" '["/bin/sh"]'
         it_build_image "$dir/httpd.tar" "$IT_WEB_IMAGE" '["/bin/httpd","-f","-p","80","-h","/www"]'
     fi
