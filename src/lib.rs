@@ -5,7 +5,10 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 pub mod cli;
+pub mod config;
 pub mod cpuset;
 pub mod placement;
+pub mod proto;
 pub mod quantity;
+pub mod relay;
 pub mod topology;

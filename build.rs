@@ -1,0 +1,16 @@
+//! Compiles the CRI v1 and PodResources v1 protos with protox (no system `protoc`) and generates
+//! prost messages plus tonic clients and servers for both.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/cri/api.proto", "proto/podresources/api.proto"];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .generate_default_stubs(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

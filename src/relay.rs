@@ -1,0 +1,244 @@
+//! The transparent CRI relay: an HTTP/2 gRPC server on a unix socket that forwards every call to
+//! the container runtime over one multiplexed HTTP/2 connection.
+//!
+//! Calls are routed by path. RunPodSandbox, CreateContainer and UpdateContainerResources are
+//! decoded and offered to a [`Hook`] (which may patch or reject them); StopPodSandbox,
+//! RemovePodSandbox, StopContainer and RemoveContainer are decoded only so the hook can observe
+//! their outcome. Everything else — unary or streaming, known or unknown method or service —
+//! passes as raw HTTP/2 frames with headers, trailers and status untouched.
+//!
+//! Invariants: a request is never re-encoded from its decoded form (patches are appended on the
+//! wire); a runtime response is never altered; the relay holds no lock across a runtime call;
+//! a runtime that cannot be reached yields UNAVAILABLE, never a silent bypass.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::task::JoinSet;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+mod endpoint;
+mod error;
+mod grpc;
+mod hook;
+mod intercept;
+mod patch;
+mod socket;
+mod upstream;
+
+pub use endpoint::{detect_runtime, parse as parse_endpoint, EndpointError, RUNTIME_CANDIDATES};
+pub use error::RelayError;
+pub use hook::{
+    CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
+};
+pub use socket::SocketOptions;
+
+use grpc::RelayBody;
+use upstream::Upstream;
+
+/// Largest intercepted message collected in memory (passthrough bodies are never collected).
+pub const DEFAULT_MAX_MESSAGE: usize = 64 << 20;
+/// How long in-flight calls may run after shutdown was requested.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Configures and binds a [`Relay`].
+#[derive(Debug, Clone)]
+pub struct RelayBuilder<H = NoopHook> {
+    listen: PathBuf,
+    runtime: PathBuf,
+    socket: SocketOptions,
+    hook: H,
+    max_message: usize,
+    shutdown_grace: Duration,
+}
+
+/// A relay bound to its socket, ready to serve.
+#[derive(Debug)]
+pub struct Relay<H> {
+    bound: socket::Bound,
+    shared: Arc<Shared<H>>,
+    shutdown_grace: Duration,
+}
+
+/// State shared by every call.
+#[derive(Debug)]
+pub(crate) struct Shared<H> {
+    pub(crate) upstream: Upstream,
+    pub(crate) hook: H,
+    pub(crate) max_message: usize,
+}
+
+impl RelayBuilder<NoopHook> {
+    /// A relay listening on `listen` and forwarding to the runtime socket `runtime`.
+    pub fn new(listen: impl Into<PathBuf>, runtime: impl Into<PathBuf>) -> Self {
+        Self {
+            listen: listen.into(),
+            runtime: runtime.into(),
+            socket: SocketOptions::default(),
+            hook: NoopHook,
+            max_message: DEFAULT_MAX_MESSAGE,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+impl<H: Hook> RelayBuilder<H> {
+    /// Uses `hook` for intercepted and observed calls.
+    pub fn hook<H2: Hook>(self, hook: H2) -> RelayBuilder<H2> {
+        RelayBuilder {
+            listen: self.listen,
+            runtime: self.runtime,
+            socket: self.socket,
+            hook,
+            max_message: self.max_message,
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
+
+    /// Mode and group of the listening socket (default `0660`, process group).
+    pub fn socket_options(mut self, options: SocketOptions) -> Self {
+        self.socket = options;
+        self
+    }
+
+    /// Largest intercepted message accepted (default [`DEFAULT_MAX_MESSAGE`]).
+    pub fn max_message(mut self, bytes: usize) -> Self {
+        self.max_message = bytes;
+        self
+    }
+
+    /// Grace period for in-flight calls on shutdown (default [`DEFAULT_SHUTDOWN_GRACE`]).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Binds the listening socket. The runtime is dialled on the first call, not here.
+    pub async fn bind(self) -> Result<Relay<H>, RelayError> {
+        let bound = socket::bind(&self.listen, self.socket).await?;
+        Ok(Relay {
+            bound,
+            shared: Arc::new(Shared {
+                upstream: Upstream::new(self.runtime),
+                hook: self.hook,
+                max_message: self.max_message,
+            }),
+            shutdown_grace: self.shutdown_grace,
+        })
+    }
+}
+
+impl<H: Hook> Relay<H> {
+    /// The listening socket path.
+    pub fn path(&self) -> &Path {
+        &self.bound.path
+    }
+
+    /// The runtime socket path.
+    pub fn runtime(&self) -> &Path {
+        self.shared.upstream.path()
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, lets in-flight calls finish for
+    /// the grace period, cuts the rest, and removes the socket file if it is still ours.
+    pub async fn serve_with_shutdown(self, shutdown: impl Future<Output = ()>) {
+        let graceful = GracefulShutdown::new();
+        let mut connections = JoinSet::new();
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .initial_stream_window_size(4 << 20)
+            .initial_connection_window_size(16 << 20)
+            .max_frame_size(1 << 20)
+            .max_header_list_size(upstream::MAX_HEADER_LIST)
+            .max_concurrent_streams(None);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.bound.listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let shared = self.shared.clone();
+                        let service = service_fn(move |req| dispatch(shared.clone(), req));
+                        let conn = builder.serve_connection(TokioIo::new(stream), service);
+                        let conn = graceful.watch(conn);
+                        connections.spawn(async move {
+                            if let Err(err) = conn.await {
+                                debug!(error = %err, "client connection ended with error");
+                            }
+                        });
+                    }
+                    Err(err) => {
+                        warn!(error = %err, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        let in_flight = graceful.count();
+        info!(
+            connections = in_flight,
+            grace_ms = self.shutdown_grace.as_millis(),
+            "shutting down"
+        );
+        self.bound.close();
+        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            warn!("grace period over, cutting remaining calls");
+        }
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+        info!("stopped");
+    }
+}
+
+/// Routes one call and records it in its own span.
+async fn dispatch<H: Hook>(
+    shared: Arc<Shared<H>>,
+    req: Request<Incoming>,
+) -> Result<Response<RelayBody>, Infallible> {
+    let path = req.uri().path().to_string();
+    let span = info_span!("cri", method = %path);
+    async move {
+        let started = Instant::now();
+        let response = match Method::from_path(&path) {
+            Some(method) => intercept::handle(shared, method, req).await,
+            None => passthrough(&shared, &path, req).await,
+        };
+        debug!(
+            elapsed_us = started.elapsed().as_micros(),
+            grpc_status = ?response.headers().get("grpc-status"),
+            "answered"
+        );
+        Ok(response)
+    }
+    .instrument(span)
+    .await
+}
+
+/// Forwards a call untouched; the response streams back frame by frame.
+async fn passthrough<H>(
+    shared: &Shared<H>,
+    path: &str,
+    req: Request<Incoming>,
+) -> Response<RelayBody> {
+    match shared.upstream.send(path, req.map(grpc::boxed)).await {
+        Ok(response) => response.map(grpc::boxed),
+        Err(err) => {
+            warn!(error = %err, "runtime call failed");
+            grpc::status_response(&err.to_status())
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! gRPC-over-HTTP/2 details the relay needs: message framing, statuses as responses and
+//! trailers, `grpc-timeout`, and the body type. Never decodes protobuf itself.
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue, Response};
+use http_body::Frame;
+use http_body_util::{BodyExt, Empty, StreamBody};
+use tonic::Status;
+
+/// Boxed error carried by relay bodies.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The one body type used on both sides of the relay.
+pub(crate) type RelayBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+/// Length of the gRPC message prefix: compressed flag (1 byte) + big-endian length (4 bytes).
+const PREFIX: usize = 5;
+
+/// Boxes any body into a [`RelayBody`].
+pub(crate) fn boxed<B>(body: B) -> RelayBody
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed_unsync()
+}
+
+/// A body holding `data` as one DATA frame, then `trailers` if any.
+pub(crate) fn full_body(data: Bytes, trailers: Option<HeaderMap>) -> RelayBody {
+    let mut frames = Vec::with_capacity(2);
+    if !data.is_empty() {
+        frames.push(Ok::<_, BoxError>(Frame::data(data)));
+    }
+    if let Some(trailers) = trailers {
+        frames.push(Ok(Frame::trailers(trailers)));
+    }
+    StreamBody::new(tokio_stream::iter(frames)).boxed_unsync()
+}
+
+/// A trailers-only gRPC response carrying `status` (code, message, details, metadata).
+pub(crate) fn status_response(status: &Status) -> Response<RelayBody> {
+    let mut response = Response::new(boxed(Empty::<Bytes>::new()));
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    if status.add_header(headers).is_err() {
+        headers.insert("grpc-status", HeaderValue::from_static("13"));
+    }
+    response
+}
+
+/// The gRPC status of a finished response: trailers first, else the headers (trailers-only).
+pub(crate) fn response_status(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Status {
+    trailers
+        .and_then(status_from)
+        .or_else(|| status_from(headers))
+        .unwrap_or_else(|| Status::unknown("numa-shim: runtime response carried no grpc-status"))
+}
+
+/// `Status::from_header_map`, which panics on undecodable `grpc-status-details-bin`; such
+/// details are dropped instead so that the code and message still count.
+fn status_from(headers: &HeaderMap) -> Option<Status> {
+    let parse = || Status::from_header_map(headers);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or_else(|_| {
+        let mut headers = headers.clone();
+        headers.remove("grpc-status-details-bin");
+        Status::from_header_map(&headers)
+    })
+}
+
+/// Frames `message` as one uncompressed gRPC message.
+pub(crate) fn frame(message: &[u8]) -> Bytes {
+    let mut buf = BytesMut::with_capacity(PREFIX + message.len());
+    buf.put_u8(0);
+    // Messages above 4 GiB cannot be framed by gRPC at all; the length is checked on collect.
+    buf.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+    buf.put_slice(message);
+    buf.freeze()
+}
+
+/// Why a body is not exactly one uncompressed gRPC message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unframe {
+    /// The message is compressed (flag 1).
+    Compressed,
+    /// Anything else, with a reason.
+    Malformed(String),
+}
+
+/// Splits a unary body into its one message, checking prefix, flag and length.
+pub(crate) fn unframe(body: &Bytes) -> Result<Bytes, Unframe> {
+    if body.len() < PREFIX {
+        return Err(Unframe::Malformed(format!(
+            "body of {} bytes is shorter than the 5-byte grpc message prefix",
+            body.len()
+        )));
+    }
+    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    match body[0] {
+        0 => {}
+        1 => return Err(Unframe::Compressed),
+        flag => {
+            return Err(Unframe::Malformed(format!(
+                "unknown grpc message flag {flag}"
+            )))
+        }
+    }
+    let rest = body.len() - PREFIX;
+    if rest != len {
+        return Err(Unframe::Malformed(format!(
+            "grpc message prefix announces {len} bytes but the body holds {rest}"
+        )));
+    }
+    Ok(body.slice(PREFIX..))
+}
+
+/// Parses a `grpc-timeout` header value (`1-8 digits` + unit `H M S m u n`).
+pub(crate) fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_then_unframe_round_trips() {
+        let framed = frame(b"hello");
+        assert_eq!(&framed[..5], &[0, 0, 0, 0, 5]);
+        assert_eq!(unframe(&framed).unwrap(), Bytes::from_static(b"hello"));
+        assert_eq!(unframe(&frame(b"")).unwrap(), Bytes::new());
+    }
+
+    #[test]
+    fn unframe_rejects_bad_bodies() {
+        assert!(matches!(
+            unframe(&Bytes::from_static(&[0, 0])),
+            Err(Unframe::Malformed(_))
+        ));
+        assert_eq!(
+            unframe(&Bytes::from_static(&[1, 0, 0, 0, 0])),
+            Err(Unframe::Compressed)
+        );
+        assert!(matches!(
+            unframe(&Bytes::from_static(&[7, 0, 0, 0, 0])),
+            Err(Unframe::Malformed(m)) if m.contains("flag 7")
+        ));
+        let two = [frame(b"a"), frame(b"b")].concat();
+        assert!(matches!(
+            unframe(&Bytes::from(two)),
+            Err(Unframe::Malformed(m)) if m.contains("announces 1 bytes but the body holds 7")
+        ));
+    }
+
+    #[test]
+    fn timeouts_parse_per_grpc_spec() {
+        let t = |s: &'static str| parse_timeout(&HeaderValue::from_static(s));
+        assert_eq!(t("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(t("1500m"), Some(Duration::from_millis(1500)));
+        assert_eq!(t("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(t("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(t("10u"), Some(Duration::from_micros(10)));
+        assert_eq!(t("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "S", "5", "5x", "123456789S", "-1S"] {
+            assert_eq!(t(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn status_comes_from_trailers_then_headers() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("5"));
+        trailers.insert("grpc-message", HeaderValue::from_static("no%20such"));
+        let status = response_status(&HeaderMap::new(), Some(&trailers));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(status.message(), "no such");
+        let headers = status_response(&Status::unimplemented("x"))
+            .headers()
+            .clone();
+        assert_eq!(
+            response_status(&headers, None).code(),
+            tonic::Code::Unimplemented
+        );
+        assert_eq!(
+            response_status(&HeaderMap::new(), None).code(),
+            tonic::Code::Unknown
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! The listening unix socket: refuse to steal a live one, replace a stale one, set mode and
+//! group before the socket becomes reachable under its name, and remove it only if still ours.
+//! Takes every path as a parameter.
+
+use std::io::ErrorKind;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixListener;
+use tracing::{info, warn};
+
+use super::error::RelayError;
+
+/// Ownership and permissions of the listening socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketOptions {
+    /// File mode bits, e.g. `0o660`.
+    pub mode: u32,
+    /// Group to give the socket; `None` keeps the process's group.
+    pub group: Option<u32>,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        Self {
+            mode: 0o660,
+            group: None,
+        }
+    }
+}
+
+/// A bound listening socket and the inode it was created with.
+#[derive(Debug)]
+pub(crate) struct Bound {
+    pub(crate) listener: UnixListener,
+    pub(crate) path: PathBuf,
+    inode: u64,
+}
+
+/// Binds `path`. A live server on it is an error; a stale socket file is replaced; any other
+/// file is left alone and reported. The socket is bound under a temporary name, given its mode
+/// and group, then renamed into place, so it is never reachable with looser permissions.
+pub(crate) async fn bind(path: &Path, options: SocketOptions) -> Result<Bound, RelayError> {
+    let err = |action, source| RelayError::Listen {
+        action,
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| err("create the directory of", e))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(RelayError::NotASocket {
+                path: path.to_path_buf(),
+            })
+        }
+        Ok(_) => match tokio::net::UnixStream::connect(path).await {
+            Ok(_) => {
+                return Err(RelayError::SocketInUse {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                warn!(socket = %path.display(), "replacing stale socket");
+            }
+            Err(e) => return Err(err("probe", e)),
+        },
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(err("inspect", e)),
+    }
+    let temp = temp_name(path);
+    let _ = std::fs::remove_file(&temp);
+    let listener = UnixListener::bind(&temp).map_err(|e| err("bind", e))?;
+    let secured = secure(&temp, options).and_then(|()| std::fs::rename(&temp, path));
+    if let Err(e) = secured {
+        let _ = std::fs::remove_file(&temp);
+        return Err(err("secure", e));
+    }
+    let inode = std::fs::symlink_metadata(path)
+        .map_err(|e| err("inspect", e))?
+        .ino();
+    info!(socket = %path.display(), mode = format!("{:o}", options.mode), group = ?options.group, "listening");
+    Ok(Bound {
+        listener,
+        path: path.to_path_buf(),
+        inode,
+    })
+}
+
+fn secure(path: &Path, options: SocketOptions) -> std::io::Result<()> {
+    if let Some(gid) = options.group {
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(options.mode))
+}
+
+fn temp_name(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+impl Bound {
+    /// Stops listening and removes the socket file if it is still the one this process created.
+    pub(crate) fn close(self) {
+        drop(self.listener);
+        remove_if_same(&self.path, self.inode);
+    }
+}
+
+/// Removes `path` only if it is still the inode `inode`; returns whether it did.
+fn remove_if_same(path: &Path, inode: u64) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.ino() == inode => match std::fs::remove_file(path) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(socket = %path.display(), error = %e, "cannot remove socket");
+                false
+            }
+        },
+        _ => {
+            info!(socket = %path.display(), "socket replaced by another process, left in place");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn binds_with_mode_and_replaces_stale_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/cri.sock");
+        let options = SocketOptions {
+            mode: 0o600,
+            group: None,
+        };
+        let first = bind(&path, options).await.unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        // A live server answers: refused.
+        assert!(matches!(
+            bind(&path, options).await,
+            Err(RelayError::SocketInUse { .. })
+        ));
+        // Drop the listener: the file stays but nobody answers, so it is stale and replaced.
+        drop(first.listener);
+        let second = bind(&path, SocketOptions::default()).await.unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o660
+        );
+        assert_ne!(second.inode, first.inode);
+        // The first owner must not delete the replacement.
+        assert!(!remove_if_same(&path, first.inode));
+        assert!(path.exists());
+        second.close();
+        assert!(!path.exists());
+    }
+
+    #[tokio::test]
+    async fn refuses_to_replace_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cri.sock");
+        std::fs::write(&path, b"data").unwrap();
+        let got = bind(&path, SocketOptions::default()).await;
+        assert!(matches!(got, Err(RelayError::NotASocket { .. })), "{got:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"data");
+    }
+}

@@ -1,0 +1,144 @@
+//! The one multiplexed HTTP/2 connection to the container runtime, re-established on demand.
+//! Sends requests as they are; never looks inside bodies.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http2::{Builder, SendRequest};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::UnixStream;
+use tokio::sync::Mutex;
+use tracing::{debug, info, warn};
+
+use super::error::RelayError;
+use super::grpc::RelayBody;
+
+/// How long connecting to the runtime socket plus the HTTP/2 handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest response header block accepted (grpc-go's default).
+pub(crate) const MAX_HEADER_LIST: u32 = 16 << 20;
+
+/// The runtime endpoint and its current connection.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    path: PathBuf,
+    conn: Mutex<Slot>,
+}
+
+/// The current connection, numbered so a stale failure cannot drop a newer connection.
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u64,
+    sender: Option<SendRequest<RelayBody>>,
+}
+
+impl Upstream {
+    /// An upstream for the runtime socket at `path`; nothing is dialled until the first call.
+    pub(crate) fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            conn: Mutex::new(Slot::default()),
+        }
+    }
+
+    /// The runtime socket path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sends `req` and returns the runtime's response head with its streaming body. If the
+    /// cached connection turns out to be closed before the request left, reconnects once.
+    pub(crate) async fn send(
+        &self,
+        method: &str,
+        req: Request<RelayBody>,
+    ) -> Result<Response<Incoming>, RelayError> {
+        let (generation, mut sender) = self.sender().await?;
+        match sender.try_send_request(req).await {
+            Ok(response) => Ok(response),
+            Err(mut err) => match err.take_message() {
+                Some(req) => {
+                    debug!(
+                        generation,
+                        "runtime connection closed before send, redialling"
+                    );
+                    self.forget(generation).await;
+                    let (_, mut sender) = self.sender().await?;
+                    sender
+                        .send_request(req)
+                        .await
+                        .map_err(|source| self.call_error(method, source))
+                }
+                None => Err(self.call_error(method, err.into_error())),
+            },
+        }
+    }
+
+    fn call_error(&self, method: &str, source: hyper::Error) -> RelayError {
+        RelayError::RuntimeCall {
+            method: method.to_string(),
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The live sender, dialling a new connection when there is none or it closed.
+    async fn sender(&self) -> Result<(u64, SendRequest<RelayBody>), RelayError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(sender) = slot.sender.as_ref().filter(|s| !s.is_closed()) {
+            return Ok((slot.generation, sender.clone()));
+        }
+        slot.generation += 1;
+        slot.sender = None;
+        let sender = self.dial(slot.generation).await?;
+        slot.sender = Some(sender.clone());
+        Ok((slot.generation, sender))
+    }
+
+    /// Drops the sender of `generation` (known dead) so the next call redials.
+    async fn forget(&self, generation: u64) {
+        let mut slot = self.conn.lock().await;
+        if slot.generation == generation {
+            slot.sender = None;
+        }
+    }
+
+    async fn dial(&self, generation: u64) -> Result<SendRequest<RelayBody>, RelayError> {
+        let unavailable = |source| RelayError::RuntimeUnavailable {
+            path: self.path.clone(),
+            source,
+        };
+        let handshake = async {
+            let stream = UnixStream::connect(&self.path).await.map_err(unavailable)?;
+            Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .initial_stream_window_size(4 << 20)
+                .initial_connection_window_size(16 << 20)
+                .max_frame_size(1 << 20)
+                .max_header_list_size(MAX_HEADER_LIST)
+                .max_concurrent_reset_streams(1024)
+                .handshake(TokioIo::new(stream))
+                .await
+                .map_err(|source| RelayError::RuntimeHandshake {
+                    path: self.path.clone(),
+                    source,
+                })
+        };
+        let (sender, connection) = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+            .await
+            .map_err(|_| unavailable(std::io::ErrorKind::TimedOut.into()))??;
+        let path = self.path.clone();
+        tokio::spawn(async move {
+            match connection.await {
+                Ok(()) => info!(runtime = %path.display(), generation, "runtime connection closed"),
+                Err(err) => {
+                    warn!(runtime = %path.display(), generation, error = %err, "runtime connection failed")
+                }
+            }
+        });
+        info!(runtime = %self.path.display(), generation, "connected to runtime");
+        Ok(sender)
+    }
+}
