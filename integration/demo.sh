@@ -12,10 +12,10 @@ source "$here/lib/image.sh"
 source "$here/lib/containerd.sh"
 
 say() { printf '\n### %s\n' "$*"; }
-# show CMD...: prints a command, then runs it.
+# show ARGS...: prints a crictl command line (to stderr), then runs it against numa-shim.
 show() {
-    printf '$ %s\n' "$*"
-    "$@" 2> >(grep -v 'does not exist, trying next' >&2)
+    printf '$ crictl --runtime-endpoint unix://%s %s\n' "$shim" "$*" >&2
+    it_crictl "$shim" "$@" 2> >(grep -v 'does not exist, trying next' >&2)
 }
 
 trap it_teardown EXIT
@@ -26,7 +26,6 @@ say "Starting numa-shim in front of it"
 # shellcheck disable=SC2086 # NUMA_SHIM_IT_SHIM_ARGS is a list of words
 shim=$(it_shim_start demo-shim ${NUMA_SHIM_IT_SHIM_ARGS:-})
 echo "kubelet/crictl endpoint: unix://$shim  ->  runtime: unix://$IT_SOCK"
-c=(it_crictl "$shim")
 dir=$(mktemp -d)
 cat >"$dir/pod.json" <<EOF
 {"metadata": {"name": "demo", "namespace": "default", "uid": "demo-uid", "attempt": 0},
@@ -44,21 +43,21 @@ EOF
 say "The pod: 1 CPU, 128 MiB (Guaranteed)"
 cat "$dir/pod.json"
 say "Running it through numa-shim"
-show "${c[@]}" version
-pod=$(show "${c[@]}" runp "$dir/pod.json" | tail -1)
+show version
+pod=$(show runp "$dir/pod.json" | tail -1)
 echo "pod $pod"
-ctr=$(show "${c[@]}" create "$pod" "$dir/ctr.json" "$dir/pod.json" | tail -1)
+ctr=$(show create "$pod" "$dir/ctr.json" "$dir/pod.json" | tail -1)
 echo "container $ctr"
-show "${c[@]}" start "$ctr"
-show "${c[@]}" ps
+show start "$ctr"
+show ps
 say "What the runtime was asked for (OCI spec resources)"
-show "${c[@]}" inspect -o go-template --template '{{json .info.runtimeSpec.linux.resources.cpu}}' "$ctr"
+show inspect -o go-template --template '{{json .info.runtimeSpec.linux.resources.cpu}}' "$ctr"
 echo
 say "What the kernel applied (read inside the container)"
 # shellcheck disable=SC2016 # expanded inside the container
-show "${c[@]}" exec -s "$ctr" sh -c 'grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status; echo "cfs_quota_us $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)"'
+show exec -s "$ctr" sh -c 'grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status; echo "cfs_quota_us $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)"'
 say "Cleaning up"
-show "${c[@]}" stopp "$pod"
-show "${c[@]}" rmp "$pod"
+show stopp "$pod"
+show rmp "$pod"
 rm -rf "$dir"
 say "Demo done; tearing down containerd and numa-shim"
