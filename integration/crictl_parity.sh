@@ -22,6 +22,7 @@ rm -rf "$out"
 mkdir -p "$out"
 if [[ -z ${NUMA_SHIM_IT_CONTAINERD:-} ]]; then
     trap it_teardown EXIT
+    trap "exit 143" TERM INT
     it_up
 fi
 

@@ -25,6 +25,7 @@ mkdir -p "$out"
 [[ -x $IT_BIN/critest ]] || it_die "no $IT_BIN/critest (integration/install-deps.sh)"
 if [[ -z ${NUMA_SHIM_IT_CONTAINERD:-} ]]; then
     trap it_teardown EXIT
+    trap "exit 143" TERM INT
     it_up
 fi
 

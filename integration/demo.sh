@@ -19,6 +19,7 @@ show() {
 }
 
 trap it_teardown EXIT
+trap "exit 143" TERM INT
 say "Starting a private containerd (state under $IT_RUN)"
 it_up
 cargo build --quiet --bin numa-shim --manifest-path "$IT_REPO/Cargo.toml"

@@ -46,6 +46,7 @@ stage "cargo clippy" cargo clippy --all-targets --quiet -- -D warnings
 stage "cargo build" cargo build --quiet --bins
 
 trap it_teardown EXIT
+trap "exit 143" TERM INT
 it_up
 export NUMA_SHIM_IT_CONTAINERD NUMA_SHIM_IT_CRICTL=$IT_BIN/crictl NUMA_SHIM_IT_RUN=$IT_RUN
 export NUMA_SHIM_IT_CGROUP_PARENT=/$IT_CG NUMA_SHIM_IT_BUSYBOX_IMAGE=$IT_BUSYBOX_IMAGE
