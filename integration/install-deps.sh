@@ -37,4 +37,19 @@ if [[ ! -x $IT_BIN/critest ]]; then
         go test -c -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" -o "$IT_BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
     )
 fi
+if [[ -n ${IT_CONTAINERD_VERSION:-} && ! -x $IT_BIN/containerd-$IT_CONTAINERD_VERSION ]]; then
+    # Optional newer containerd (1.7 implements GetContainerEvents, which crictl events needs).
+    # Its go.mod has exclude directives, so it is built from a throwaway module too.
+    it_log "building containerd $IT_CONTAINERD_VERSION"
+    mod=$IT_WORK/containerd-mod
+    rm -rf "$mod"
+    mkdir -p "$mod"
+    (
+        cd "$mod"
+        go mod init numa-shim-it/containerd >/dev/null 2>&1
+        go get "github.com/containerd/containerd/cmd/containerd@$IT_CONTAINERD_VERSION" >/dev/null 2>&1
+        go build -tags no_btrfs,no_devmapper,no_zfs,no_aufs -o "$IT_BIN/containerd-$IT_CONTAINERD_VERSION" \
+            github.com/containerd/containerd/cmd/containerd
+    )
+fi
 it_log "tools ready: $("$IT_BIN/crictl" --version 2>&1 | head -1); critest $("$IT_BIN/critest" -version 2>/dev/null | head -1 | awk '{print $3}')"

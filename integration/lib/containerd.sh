@@ -7,6 +7,12 @@
 # signalled, each by PID after checking its command line names IT_RUN.
 
 IT_SOCK=$IT_RUN/containerd.sock
+# The containerd binary: Debian's (1.6, no GetContainerEvents) by default; with
+# IT_CONTAINERD_VERSION set (e.g. v1.7.29), the build install-deps.sh made of that version.
+if [[ -n ${IT_CONTAINERD_VERSION:-} ]]; then
+    IT_CONTAINERD_BIN=${IT_CONTAINERD_BIN:-$IT_BIN/containerd-$IT_CONTAINERD_VERSION}
+fi
+IT_CONTAINERD_BIN=${IT_CONTAINERD_BIN:-containerd}
 IT_LOGS=$IT_WORK/logs/$IT_CG
 export IT_SOCK IT_LOGS
 
@@ -67,14 +73,14 @@ EOF
 
 # it_up: starts the private containerd, waits until its CRI answers, imports the test images.
 it_up() {
-    command -v containerd >/dev/null || it_die "containerd is not installed (integration/install-deps.sh)"
+    command -v "$IT_CONTAINERD_BIN" >/dev/null || it_die "no $IT_CONTAINERD_BIN (integration/install-deps.sh)"
     [[ -x $IT_BIN/crictl ]] || it_die "no $IT_BIN/crictl (integration/install-deps.sh)"
     if [[ -d $IT_RUN ]]; then
         it_log "leftover $IT_RUN from an earlier run: tearing it down first"
         it_teardown
     fi
     _it_write_config
-    containerd --config "$IT_RUN/config.toml" >"$IT_LOGS/containerd.log" 2>&1 &
+    "$IT_CONTAINERD_BIN" --config "$IT_RUN/config.toml" >"$IT_LOGS/containerd.log" 2>&1 &
     echo $! >"$IT_RUN/pids/containerd"
     it_log "containerd pid $! on $IT_SOCK (log $IT_LOGS/containerd.log)"
     it_wait_socket "$IT_SOCK" 30 || it_die "containerd did not answer on $IT_SOCK"
