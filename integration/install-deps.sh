@@ -38,8 +38,8 @@ if [[ ! -x $IT_BIN/critest ]]; then
     )
 fi
 if [[ -n ${IT_CONTAINERD_VERSION:-} && ! -x $IT_BIN/containerd-$IT_CONTAINERD_VERSION ]]; then
-    # Optional newer containerd (1.7 implements GetContainerEvents, which crictl events needs).
-    # Its go.mod has exclude directives, so it is built from a throwaway module too.
+    # containerd 1.7 (implements GetContainerEvents, which crictl events needs). Its go.mod has
+    # exclude directives, so `go install` refuses it: it is built from a throwaway module too.
     it_log "building containerd $IT_CONTAINERD_VERSION"
     mod=$IT_WORK/containerd-mod
     rm -rf "$mod"

@@ -10,13 +10,16 @@ IT_BIN=$IT_WORK/bin
 # Unix socket paths must stay short (108 bytes), so runtime state lives under /run.
 IT_RUN=${IT_RUN:-/run/numa-shim-it}
 CRICTL_VERSION=v1.37.0
+# containerd built from the Go module proxy (1.7 implements GetContainerEvents, which Debian's 1.6
+# lacks); set IT_CONTAINERD_VERSION= (empty) to use Debian's containerd instead.
+IT_CONTAINERD_VERSION=${IT_CONTAINERD_VERSION-v1.7.29}
 # Cgroup parents the harness's own pod configs use, and the one critest uses when the runtime does
 # not answer RuntimeConfig (containerd 1.6). Teardown removes what is left under them.
 IT_CG=${IT_RUN##*/}
 # shellcheck disable=SC2034 # used by containerd.sh
 IT_CGROUP_PARENTS=("$IT_CG" test.slice)
 
-export IT_REPO IT_WORK IT_BIN IT_RUN IT_CG CRICTL_VERSION
+export IT_REPO IT_WORK IT_BIN IT_RUN IT_CG CRICTL_VERSION IT_CONTAINERD_VERSION
 
 # crictl reads /etc/crictl.yaml unless told otherwise: give it an empty private one.
 mkdir -p "$IT_WORK"

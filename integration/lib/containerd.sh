@@ -7,8 +7,8 @@
 # signalled, each by PID after checking its command line names IT_RUN.
 
 IT_SOCK=$IT_RUN/containerd.sock
-# The containerd binary: Debian's (1.6, no GetContainerEvents) by default; with
-# IT_CONTAINERD_VERSION set (e.g. v1.7.29), the build install-deps.sh made of that version.
+# The containerd binary: the build install-deps.sh made of IT_CONTAINERD_VERSION, or Debian's
+# (1.6, no GetContainerEvents) when that is empty. The runc shim, ctr and runc are Debian's.
 if [[ -n ${IT_CONTAINERD_VERSION:-} ]]; then
     IT_CONTAINERD_BIN=${IT_CONTAINERD_BIN:-$IT_BIN/containerd-$IT_CONTAINERD_VERSION}
 fi

@@ -57,7 +57,7 @@ def main() -> int:
     for pattern, repl in RULES:
         text = pattern.sub(repl, text)
     if numbers:
-        text = NUMBER.sub("<N>", text)
+        text = NUMBER.sub("<N>", text.replace("<UNIX>", "0"))
     with open(state_path, "w", encoding="utf-8") as f:
         json.dump(ids, f)
     sys.stdout.write(text)
