@@ -1,0 +1,565 @@
+//! Pods placed through numa-shim on the real containerd + runc of this machine, checked against
+//! what the kernel applied: cpuset.cpus, cpuset.mems and the CFS quota from the cgroup
+//! filesystem, Cpus_allowed_list from /proc. Run by integration/test-all.sh
+//! (`cargo test --test realruntime -- --ignored`), which starts the private containerd.
+//!
+//! The machine has two CPUs and one NUMA node, so pods are sized for it: every test runs with
+//! an empty CPU reservation (numa-shim accepts it with a warning).
+
+mod support;
+
+use numa_shim::cpuset::CpuSet;
+use support::*;
+
+fn all_cpus() -> CpuSet {
+    numa_shim::topology::Topology::load(std::path::Path::new("/sys"))
+        .unwrap()
+        .cpu_set()
+}
+
+/// The tutorial's mixed pod scaled to two CPUs: a 2-CPU budget whose main container gets one
+/// exclusive CPU while two sidecars share the other (pod spec from the kubelet Pods API).
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn mixed_pod_main_exclusive_sidecars_share_the_rest() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let api = FakePodsApi::default();
+    let pods_sock = env.run.join("pods-api-mixed.sock");
+    let _api = api.serve(&pods_sock);
+    let pods_arg = pods_sock.display().to_string();
+    let shim = Shim::start(
+        &env,
+        "mixed",
+        POD_SCOPE,
+        &[
+            "--pod-knowledge",
+            "pods-api",
+            "--pods-api-socket",
+            &pods_arg,
+        ],
+    )
+    .await;
+    let cri = shim.cri().await;
+    let mut cleanup = Cleanup::new(&env);
+
+    let pod = PodDef::new("mixed", resources(Some(2000), Some(2000), Some(256 * MI)));
+    let sidecars = vec![
+        container("proxy", Some("Always"), None),
+        container("logs", Some("Always"), None),
+    ];
+    api.add(&api_pod(
+        &pod,
+        ("2", "256Mi"),
+        sidecars,
+        vec![container("main", None, Some(("1", "128Mi")))],
+    ));
+    let sandbox = cri.run_pod(&env, &pod).await.unwrap();
+    cleanup.sandboxes.push(sandbox.clone());
+    // Kubelet order: sidecars (with the pod limits), then the app container.
+    let pod_limits = resources(None, Some(2000), Some(256 * MI));
+    let proxy = cri
+        .start_container(&env, &pod, &sandbox, "proxy", pod_limits.clone())
+        .await
+        .unwrap();
+    let logs = cri
+        .start_container(&env, &pod, &sandbox, "logs", pod_limits)
+        .await
+        .unwrap();
+    let main = cri
+        .start_container(
+            &env,
+            &pod,
+            &sandbox,
+            "main",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+
+    let m = cri.applied(&main).await;
+    let (p, l) = (cri.applied(&proxy).await, cri.applied(&logs).await);
+    eprintln!("main {m:?}\nproxy {p:?}\nlogs {l:?}");
+    assert_eq!(m.cpus.len(), 1, "main gets one exclusive CPU");
+    assert_eq!(m.cfs_quota, -1, "exclusive CPUs lift the CFS quota");
+    assert_eq!(
+        m.cpus_allowed, m.cpus,
+        "the process is confined to its cpuset"
+    );
+    assert_eq!(
+        p.cpus,
+        all_cpus().difference(&m.cpus),
+        "sidecars share the rest of the budget"
+    );
+    assert_eq!(l.cpus, p.cpus);
+    assert_eq!(
+        p.cfs_quota, 200_000,
+        "pool containers keep the quota from the pod limit"
+    );
+    assert_eq!(l.cpus_allowed, l.cpus);
+    for r in [&m, &p, &l] {
+        assert_eq!(
+            r.mems.to_string(),
+            "0",
+            "static memory manager pins NUMA node 0"
+        );
+    }
+}
+
+/// A pod whose exclusive containers take the whole budget while a shared container exists is
+/// refused at RunPodSandbox with the kubelet's reason; nothing is created.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn empty_shared_pool_is_rejected_at_run_pod_sandbox() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let api = FakePodsApi::default();
+    let pods_sock = env.run.join("pods-api-empty.sock");
+    let _api = api.serve(&pods_sock);
+    let pods_arg = pods_sock.display().to_string();
+    // Restricted policy surfaces the empty pool as the kubelet's hint failure; best-effort reaches
+    // the allocation check. Both are the kubelet's behaviour; check best-effort's reason here.
+    let shim = Shim::start(
+        &env,
+        "empty",
+        POD_SCOPE,
+        &[
+            "--pod-knowledge",
+            "pods-api",
+            "--pods-api-socket",
+            &pods_arg,
+        ],
+    )
+    .await;
+    let cri = shim.cri().await;
+    let _cleanup = Cleanup::new(&env);
+
+    let pod = PodDef::new("empty", resources(Some(2000), Some(2000), Some(256 * MI)));
+    let apps = vec![
+        container("a", None, Some(("2", "128Mi"))),
+        container("b", None, None),
+    ];
+    api.add(&api_pod(&pod, ("2", "256Mi"), vec![], apps));
+    let err = cri.run_pod(&env, &pod).await.unwrap_err();
+    eprintln!("{err:?}");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        err.message()
+            .starts_with("EmptyPodSharedPoolError: pod rejected"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        cri.sandboxes_of(&pod.uid).await.is_empty(),
+        "no sandbox reached the runtime"
+    );
+}
+
+/// Container scope with pod-level resources: the eligible container's CPU comes from the node
+/// pool, the other container runs in the node shared pool.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn container_scope_with_pod_level_resources() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let settings = POD_SCOPE.replace(
+        "topologyManagerScope: pod",
+        "topologyManagerScope: container",
+    );
+    let shim = Shim::start(&env, "cscope", &settings, &["--pod-knowledge", "cri"]).await;
+    let cri = shim.cri().await;
+    let mut cleanup = Cleanup::new(&env);
+
+    let pod = PodDef::new("cscope", resources(Some(2000), Some(2000), Some(256 * MI)));
+    let sandbox = cri.run_pod(&env, &pod).await.unwrap();
+    cleanup.sandboxes.push(sandbox.clone());
+    let main = cri
+        .start_container(
+            &env,
+            &pod,
+            &sandbox,
+            "main",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let helper = cri
+        .start_container(
+            &env,
+            &pod,
+            &sandbox,
+            "helper",
+            resources(None, Some(2000), Some(256 * MI)),
+        )
+        .await
+        .unwrap();
+    let m = cri.applied(&main).await;
+    let h = cri
+        .wait_cpus(&helper, &all_cpus().difference(&m.cpus).to_string())
+        .await;
+    eprintln!("main {m:?}\nhelper {h:?}");
+    assert_eq!(m.cpus.len(), 1);
+    assert_eq!(m.cfs_quota, -1);
+    assert_eq!(
+        h.cpus,
+        all_cpus().difference(&m.cpus),
+        "the helper runs in the node shared pool"
+    );
+    assert_eq!(h.cfs_quota, 200_000);
+}
+
+/// A classic Guaranteed pod (no pod-level resources) and a Burstable pod on the same node; the
+/// Burstable container's cpuset follows the node shared pool as the exclusive pod comes and goes.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn node_shared_pool_shrinks_and_grows_around_an_exclusive_pod() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let api = FakePodsApi::default();
+    let pods_sock = env.run.join("pods-api-pool.sock");
+    let _api = api.serve(&pods_sock);
+    let pods_arg = pods_sock.display().to_string();
+    let shim = Shim::start(
+        &env,
+        "pool",
+        POD_SCOPE,
+        &[
+            "--pod-knowledge",
+            "pods-api",
+            "--pods-api-socket",
+            &pods_arg,
+        ],
+    )
+    .await;
+    let cri = shim.cri().await;
+    let mut cleanup = Cleanup::new(&env);
+    let all = all_cpus();
+
+    let burstable = PodDef::new("burst", resources(Some(500), Some(1000), Some(256 * MI)));
+    api.add(&classic_pod(&burstable, "b", ("500m", "1", "256Mi")));
+    let bsb = cri.run_pod(&env, &burstable).await.unwrap();
+    cleanup.sandboxes.push(bsb.clone());
+    let b = cri
+        .start_container(
+            &env,
+            &burstable,
+            &bsb,
+            "b",
+            resources(Some(500), Some(1000), Some(256 * MI)),
+        )
+        .await
+        .unwrap();
+    let before = cri.applied(&b).await;
+    assert_eq!(
+        before.cpus, all,
+        "a Burstable container runs on the whole node shared pool"
+    );
+    assert_eq!(before.cfs_quota, 100_000);
+
+    let classic = PodDef::new("classic", resources(Some(1000), Some(1000), Some(128 * MI)));
+    api.add(&classic_pod(&classic, "g", ("1", "1", "128Mi")));
+    let gsb = cri.run_pod(&env, &classic).await.unwrap();
+    cleanup.sandboxes.push(gsb.clone());
+    let g = cri
+        .start_container(
+            &env,
+            &classic,
+            &gsb,
+            "g",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let gr = cri.applied(&g).await;
+    assert_eq!(
+        gr.cpus.len(),
+        1,
+        "the Guaranteed container gets one exclusive CPU"
+    );
+    assert_eq!(gr.cfs_quota, -1);
+    let shrunk = cri
+        .wait_cpus(&b, &all.difference(&gr.cpus).to_string())
+        .await;
+    assert_eq!(
+        shrunk.cpus,
+        all.difference(&gr.cpus),
+        "the node shared pool shrank in the running container"
+    );
+    assert_eq!(shrunk.cpus_allowed, shrunk.cpus);
+
+    cri.stop_pod(&gsb).await.unwrap();
+    cri.remove_pod(&gsb).await.unwrap();
+    let grown = cri.wait_cpus(&b, &all.to_string()).await;
+    assert_eq!(grown.cpus, all, "and grew back when the exclusive pod left");
+}
+
+/// kill -9 of numa-shim after RunPodSandbox and again after CreateContainer: the same
+/// placements afterwards, and nothing granted twice.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn crash_after_sandbox_and_after_container_keeps_placements() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let mut shim = Shim::start(&env, "crash", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
+    let mut cleanup = Cleanup::new(&env);
+
+    let first = PodDef::new("first", resources(Some(1000), Some(1000), Some(128 * MI)));
+    let sb1 = shim.cri().await.run_pod(&env, &first).await.unwrap();
+    cleanup.sandboxes.push(sb1.clone());
+    shim.restart().await; // crash after RunPodSandbox
+    let cri = shim.cri().await;
+    let c1 = cri
+        .start_container(
+            &env,
+            &first,
+            &sb1,
+            "c",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let r1 = cri.applied(&c1).await;
+    assert_eq!(
+        r1.cpus.len(),
+        1,
+        "the reservation survived the crash: {r1:?}"
+    );
+    // CRI-only inference cannot tell this container from one without resources (rule C2 in
+    // docs/pod-knowledge.md): only the CPUs are checked here, not the quota.
+
+    shim.restart().await; // crash after CreateContainer
+    let cri = shim.cri().await;
+    assert_eq!(
+        cri.applied(&c1).await.cpus,
+        r1.cpus,
+        "the running container was not moved"
+    );
+    let second = PodDef::new("second", resources(Some(1000), Some(1000), Some(128 * MI)));
+    let sb2 = cri.run_pod(&env, &second).await.unwrap();
+    cleanup.sandboxes.push(sb2.clone());
+    let c2 = cri
+        .start_container(
+            &env,
+            &second,
+            &sb2,
+            "c",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let r2 = cri.applied(&c2).await;
+    assert_eq!(r2.cpus.len(), 1);
+    assert!(
+        r2.cpus.is_disjoint(&r1.cpus),
+        "no CPU granted twice: {r1:?} {r2:?}"
+    );
+
+    // Both CPUs are now exclusive: a third exclusive pod must be refused, not double-booked.
+    let third = PodDef::new("third", resources(Some(1000), Some(1000), Some(128 * MI)));
+    let err = cri.run_pod(&env, &third).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+}
+
+/// The checkpoint deleted while pods run: numa-shim rebuilds from the runtime (its annotations)
+/// without moving anything, and still never grants a held CPU.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn deleted_checkpoint_is_rebuilt_from_the_runtime() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let mut shim = Shim::start(&env, "rebuild", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
+    let mut cleanup = Cleanup::new(&env);
+    let cri = shim.cri().await;
+    let pod = PodDef::new("held", resources(Some(1000), Some(1000), Some(128 * MI)));
+    let sb = cri.run_pod(&env, &pod).await.unwrap();
+    cleanup.sandboxes.push(sb.clone());
+    let c = cri
+        .start_container(
+            &env,
+            &pod,
+            &sb,
+            "c",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let held = cri.applied(&c).await;
+
+    shim.kill9();
+    std::fs::remove_file(shim.state_dir.join("numa-shim-state.json")).unwrap();
+    shim.restart().await;
+    assert!(
+        shim.log_text()
+            .contains("rebuilding state from the runtime"),
+        "{}",
+        shim.log_text()
+    );
+    let cri = shim.cri().await;
+    assert_eq!(cri.applied(&c).await.cpus, held.cpus, "nothing moved");
+    let other = PodDef::new("other", resources(Some(1000), Some(1000), Some(128 * MI)));
+    let sb2 = cri.run_pod(&env, &other).await.unwrap();
+    cleanup.sandboxes.push(sb2.clone());
+    let c2 = cri
+        .start_container(
+            &env,
+            &other,
+            &sb2,
+            "c",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    assert!(
+        cri.applied(&c2).await.cpus.is_disjoint(&held.cpus),
+        "the adopted CPU is never granted again"
+    );
+}
+
+/// containerd stopped and restarted under numa-shim: running containers keep their cpusets,
+/// numa-shim answers UNAVAILABLE while it is down and places pods again when it is back.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn containerd_restart_under_numa_shim() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let shim = Shim::start(&env, "rtrestart", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
+    let mut cleanup = Cleanup::new(&env);
+    let cri = shim.cri().await;
+    let pod = PodDef::new(
+        "survivor",
+        resources(Some(1000), Some(1000), Some(128 * MI)),
+    );
+    let sb = cri.run_pod(&env, &pod).await.unwrap();
+    cleanup.sandboxes.push(sb.clone());
+    let c = cri
+        .start_container(
+            &env,
+            &pod,
+            &sb,
+            "c",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let before = cri.applied(&c).await;
+
+    restart_containerd(&env, || async {
+        let err = cri.version().await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    })
+    .await;
+
+    assert_eq!(
+        cri.applied(&c).await.cpus,
+        before.cpus,
+        "the container kept its cpuset"
+    );
+    let next = PodDef::new("after", resources(Some(1000), Some(1000), Some(128 * MI)));
+    let sb2 = cri.run_pod(&env, &next).await.unwrap();
+    cleanup.sandboxes.push(sb2.clone());
+    let c2 = cri
+        .start_container(
+            &env,
+            &next,
+            &sb2,
+            "c",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    assert!(cri.applied(&c2).await.cpus.is_disjoint(&before.cpus));
+}
+
+/// The kubelet (a static CPU manager left on, or a resize) sends its own cpuset: numa-shim keeps
+/// its own for the containers it placed.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn kubelet_cpuset_updates_are_kept_to_numa_shims_cpuset() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let shim = Shim::start(&env, "update", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
+    let cri = shim.cri().await;
+    let mut cleanup = Cleanup::new(&env);
+    let pod = PodDef::new("pinned", resources(Some(1000), Some(1000), Some(128 * MI)));
+    let sb = cri.run_pod(&env, &pod).await.unwrap();
+    cleanup.sandboxes.push(sb.clone());
+    let c = cri
+        .start_container(
+            &env,
+            &pod,
+            &sb,
+            "c",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let placed = cri.applied(&c).await;
+    cri.update_cpuset(&c, &all_cpus().to_string())
+        .await
+        .unwrap();
+    assert_eq!(cri.applied(&c).await.cpus, placed.cpus);
+
+    // Changed behind numa-shim's back (straight at containerd): the drift check restores it.
+    let direct = Cri::connect(&env.containerd).await;
+    direct
+        .update_cpuset(&c, &all_cpus().to_string())
+        .await
+        .unwrap();
+    let restored = cri.wait_cpus(&c, &placed.cpus.to_string()).await;
+    assert_eq!(
+        restored.cpus,
+        placed.cpus,
+        "drift corrected; log:\n{}",
+        shim.log_text()
+    );
+}
+
+/// Stops the harness's containerd (by the PID it recorded), runs `while_down`, starts it again
+/// with the same command line and waits until it answers.
+async fn restart_containerd<F, Fut>(env: &Env, while_down: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let pid_file = env.run.join("pids/containerd");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    while_down().await;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(env.run.join("logs/containerd.log"))
+        .unwrap();
+    let child = std::process::Command::new(&args[0])
+        .args(&args[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    std::fs::write(&pid_file, child.id().to_string()).unwrap();
+    let direct = Cri::connect(&env.containerd).await;
+    for _ in 0..300 {
+        if direct.version().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("containerd did not come back");
+}

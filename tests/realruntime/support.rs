@@ -1,0 +1,599 @@
+//! Real-runtime test support: numa-shim processes in front of the harness's private containerd,
+//! a kubelet-shaped CRI client, a fake kubelet Pods API, and what the kernel applied.
+//!
+//! The harness (integration/test-all.sh) starts containerd and exports NUMA_SHIM_IT_* variables;
+//! these tests are `#[ignore]`d so a plain `cargo test` without containerd does not run them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use numa_shim::cgroup::{Host, Reading};
+use numa_shim::lifecycle::runtime::{pid_of, unix_channel};
+use numa_shim::proto::cri::v1 as cri;
+use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
+use numa_shim::proto::podsapi::core_v1;
+use numa_shim::proto::podsapi::v1alpha1::pods_server::{Pods, PodsServer};
+use numa_shim::proto::podsapi::v1alpha1::{EventType, WatchPodsEvent, WatchPodsRequest};
+use prost::Message;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Channel;
+
+/// One test at a time: they share the machine's two CPUs.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The harness's environment.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub containerd: PathBuf,
+    pub image: String,
+    pub run: PathBuf,
+    pub cgroup_parent: String,
+    pub crictl: PathBuf,
+}
+
+impl Env {
+    pub fn get() -> Self {
+        let var = |name: &str| {
+            std::env::var(name)
+                .unwrap_or_else(|_| panic!("{name} is not set: run integration/test-all.sh"))
+        };
+        Self {
+            containerd: var("NUMA_SHIM_IT_CONTAINERD").into(),
+            image: var("NUMA_SHIM_IT_BUSYBOX_IMAGE"),
+            run: var("NUMA_SHIM_IT_RUN").into(),
+            cgroup_parent: var("NUMA_SHIM_IT_CGROUP_PARENT"),
+            crictl: var("NUMA_SHIM_IT_CRICTL").into(),
+        }
+    }
+}
+
+/// Resource-manager settings every test starts from (pod scope, static CPU and memory).
+pub const POD_SCOPE: &str = "cpuManagerPolicy: static
+reservedSystemCPUs: \"\"
+topologyManagerPolicy: best-effort
+topologyManagerScope: pod
+memoryManagerPolicy: Static
+reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]
+";
+
+/// A numa-shim process.
+pub struct Shim {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl Shim {
+    /// Starts `numa-shim serve` named `name` with `settings` (YAML) and extra flags.
+    pub async fn start(env: &Env, name: &str, settings: &str, extra: &[&str]) -> Self {
+        let dir = env.run.join(format!("shim-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("config.yaml");
+        std::fs::write(&config, settings).unwrap();
+        let socket = dir.join("cri.sock");
+        let state_dir = dir.join("state");
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--listen".into(),
+            format!("unix://{}", socket.display()),
+            "--runtime".into(),
+            format!("unix://{}", env.containerd.display()),
+            "--config".into(),
+            config.display().to_string(),
+            "--state-dir".into(),
+            state_dir.display().to_string(),
+            "--drift-period".into(),
+            "1s".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut shim = Self {
+            child: None,
+            socket,
+            state_dir,
+            args,
+            log: dir.join("numa-shim.log"),
+        };
+        shim.spawn().await;
+        shim
+    }
+
+    async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
+            .args(&self.args)
+            .env("RUST_LOG", "numa_shim=debug,info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if Cri::connect(&self.socket).await.version().await.is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "numa-shim did not answer; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Starts the same process again (same socket, state dir and settings).
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn().await;
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn cri(&self) -> Cri {
+        Cri::connect(&self.socket).await
+    }
+}
+
+impl Drop for Shim {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Kubelet-shaped CRI resources for a container or sandbox: (request milli, limit milli, memory).
+pub fn resources(
+    cpu_request: Option<u64>,
+    cpu_limit: Option<u64>,
+    memory: Option<u64>,
+) -> cri::LinuxContainerResources {
+    let shares = cpu_request
+        .or(cpu_limit)
+        .map_or(2, |m| (m * 1024 / 1000).max(2)) as i64;
+    let quota = cpu_limit.map_or(0, |m| (m * 100).max(1000)) as i64;
+    cri::LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: quota,
+        cpu_shares: shares,
+        memory_limit_in_bytes: memory.unwrap_or(0) as i64,
+        oom_score_adj: -997,
+        ..Default::default()
+    }
+}
+
+/// A pod as the kubelet describes it to CRI.
+#[derive(Debug, Clone)]
+pub struct PodDef {
+    pub name: String,
+    pub uid: String,
+    pub resources: cri::LinuxContainerResources,
+}
+
+impl PodDef {
+    pub fn new(name: &str, resources: cri::LinuxContainerResources) -> Self {
+        Self {
+            name: name.into(),
+            uid: format!("uid-{name}-{}", std::process::id()),
+            resources,
+        }
+    }
+
+    pub fn config(&self, env: &Env) -> cri::PodSandboxConfig {
+        let log_directory = env.run.join("logs").join(&self.uid);
+        std::fs::create_dir_all(&log_directory).unwrap();
+        cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: self.name.clone(),
+                uid: self.uid.clone(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            log_directory: log_directory.display().to_string(),
+            labels: HashMap::from([("io.kubernetes.pod.uid".into(), self.uid.clone())]),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: format!("{}/pod{}", env.cgroup_parent, self.uid),
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption {
+                        network: cri::NamespaceMode::Node as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                resources: Some(self.resources.clone()),
+                overhead: Some(cri::LinuxContainerResources::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// A CRI client (to numa-shim or straight to containerd).
+#[derive(Debug, Clone)]
+pub struct Cri {
+    client: RuntimeServiceClient<Channel>,
+}
+
+impl Cri {
+    pub async fn connect(socket: &Path) -> Self {
+        Self {
+            client: RuntimeServiceClient::new(unix_channel(socket)),
+        }
+    }
+
+    pub async fn version(&self) -> Result<(), tonic::Status> {
+        self.client
+            .clone()
+            .version(cri::VersionRequest::default())
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn run_pod(&self, env: &Env, pod: &PodDef) -> Result<String, tonic::Status> {
+        let request = cri::RunPodSandboxRequest {
+            config: Some(pod.config(env)),
+            runtime_handler: String::new(),
+        };
+        Ok(self
+            .client
+            .clone()
+            .run_pod_sandbox(request)
+            .await?
+            .into_inner()
+            .pod_sandbox_id)
+    }
+
+    /// Creates and starts a `sleep` container with kubelet-shaped resources.
+    pub async fn start_container(
+        &self,
+        env: &Env,
+        pod: &PodDef,
+        sandbox: &str,
+        name: &str,
+        resources: cri::LinuxContainerResources,
+    ) -> Result<String, tonic::Status> {
+        let config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: env.image.clone(),
+                ..Default::default()
+            }),
+            command: vec!["sleep".into(), "3600".into()],
+            log_path: format!("{name}.log"),
+            labels: HashMap::from([
+                ("io.kubernetes.pod.uid".into(), pod.uid.clone()),
+                ("io.kubernetes.container.name".into(), name.into()),
+            ]),
+            linux: Some(cri::LinuxContainerConfig {
+                resources: Some(resources),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let request = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox.into(),
+            config: Some(config),
+            sandbox_config: Some(pod.config(env)),
+        };
+        let id = self
+            .client
+            .clone()
+            .create_container(request)
+            .await?
+            .into_inner()
+            .container_id;
+        self.client
+            .clone()
+            .start_container(cri::StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await?;
+        Ok(id)
+    }
+
+    pub async fn update_cpuset(&self, id: &str, cpus: &str) -> Result<(), tonic::Status> {
+        let request = cri::UpdateContainerResourcesRequest {
+            container_id: id.into(),
+            linux: Some(cri::LinuxContainerResources {
+                cpuset_cpus: cpus.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.client
+            .clone()
+            .update_container_resources(request)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn stop_pod(&self, sandbox: &str) -> Result<(), tonic::Status> {
+        let request = cri::StopPodSandboxRequest {
+            pod_sandbox_id: sandbox.into(),
+        };
+        self.client
+            .clone()
+            .stop_pod_sandbox(request)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn remove_pod(&self, sandbox: &str) -> Result<(), tonic::Status> {
+        let request = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: sandbox.into(),
+        };
+        self.client
+            .clone()
+            .remove_pod_sandbox(request)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn sandboxes_of(&self, uid: &str) -> Vec<cri::PodSandbox> {
+        let all = self
+            .client
+            .clone()
+            .list_pod_sandbox(cri::ListPodSandboxRequest::default())
+            .await
+            .unwrap();
+        all.into_inner()
+            .items
+            .into_iter()
+            .filter(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid))
+            .collect()
+    }
+
+    /// What the kernel applied to the container's process.
+    pub async fn applied(&self, id: &str) -> Reading {
+        let request = cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: true,
+        };
+        let status = self
+            .client
+            .clone()
+            .container_status(request)
+            .await
+            .unwrap()
+            .into_inner();
+        let pid = pid_of(&status).expect("running container has a pid");
+        Host::default().read_pid(pid).unwrap()
+    }
+
+    /// Waits until the kernel shows `cpus` for the container (pool changes are asynchronous).
+    pub async fn wait_cpus(&self, id: &str, cpus: &str) -> Reading {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let reading = self.applied(id).await;
+            if reading.cpus.to_string() == cpus || Instant::now() > deadline {
+                return reading;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Removes the pods a test created, straight at containerd, even when the test fails.
+pub struct Cleanup {
+    env: Env,
+    pub sandboxes: Vec<String>,
+}
+
+impl Cleanup {
+    pub fn new(env: &Env) -> Self {
+        Self {
+            env: env.clone(),
+            sandboxes: Vec::new(),
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for id in &self.sandboxes {
+            let _ = Command::new(&self.env.crictl)
+                .args([
+                    "--runtime-endpoint",
+                    &format!("unix://{}", self.env.containerd.display()),
+                    "rmp",
+                    "-f",
+                    id,
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A fake kubelet Pods API serving the pods a test registers (as core/v1 protobuf bytes).
+#[derive(Clone, Default)]
+pub struct FakePodsApi {
+    pods: Arc<Mutex<Vec<Vec<u8>>>>,
+    added: Arc<tokio::sync::Notify>,
+}
+
+impl FakePodsApi {
+    /// Serves on `socket` in a background task.
+    pub fn serve(&self, socket: &Path) -> tokio::task::JoinHandle<()> {
+        let _ = std::fs::remove_file(socket);
+        let incoming = UnixListenerStream::new(UnixListener::bind(socket).unwrap());
+        let server = tonic::transport::Server::builder().add_service(PodsServer::new(self.clone()));
+        tokio::spawn(async move {
+            let _ = server.serve_with_incoming(incoming).await;
+        })
+    }
+
+    pub fn add(&self, pod: &core_v1::Pod) {
+        self.pods.lock().unwrap().push(pod.encode_to_vec());
+        self.added.notify_waiters();
+    }
+}
+
+#[tonic::async_trait]
+impl Pods for FakePodsApi {
+    async fn watch_pods(
+        &self,
+        _: tonic::Request<WatchPodsRequest>,
+    ) -> Result<tonic::Response<tonic::codegen::BoxStream<WatchPodsEvent>>, tonic::Status> {
+        let api = self.clone();
+        let stream = async_stream_events(api);
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+}
+
+fn async_stream_events(
+    api: FakePodsApi,
+) -> impl tokio_stream::Stream<Item = Result<WatchPodsEvent, tonic::Status>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut sent = 0;
+        let mut synced = false;
+        loop {
+            let notified = api.added.notified();
+            let pods: Vec<Vec<u8>> = api.pods.lock().unwrap()[sent..].to_vec();
+            for pod in pods {
+                sent += 1;
+                if tx
+                    .send(Ok(WatchPodsEvent {
+                        r#type: EventType::Added as i32,
+                        pod,
+                    }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            if !synced {
+                synced = true;
+                let _ = tx
+                    .send(Ok(WatchPodsEvent {
+                        r#type: EventType::InitialSyncComplete as i32,
+                        pod: vec![],
+                    }))
+                    .await;
+            }
+            notified.await;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A core/v1 container for the fake Pods API: (name, restartPolicy, cpu, memory) with
+/// requests = limits when given.
+pub fn container(
+    name: &str,
+    restart: Option<&str>,
+    cpu_mem: Option<(&str, &str)>,
+) -> core_v1::Container {
+    core_v1::Container {
+        name: Some(name.into()),
+        restart_policy: restart.map(str::to_string),
+        resources: cpu_mem.map(|(cpu, mem)| guaranteed(cpu, mem)),
+    }
+}
+
+pub fn guaranteed(cpu: &str, mem: &str) -> core_v1::ResourceRequirements {
+    let list: HashMap<String, core_v1::Quantity> = [("cpu", cpu), ("memory", mem)]
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                core_v1::Quantity {
+                    string: Some(v.into()),
+                },
+            )
+        })
+        .collect();
+    core_v1::ResourceRequirements {
+        limits: list.clone(),
+        requests: list,
+    }
+}
+
+/// A core/v1 pod with pod-level resources.
+pub fn api_pod(
+    def: &PodDef,
+    budget: (&str, &str),
+    init: Vec<core_v1::Container>,
+    apps: Vec<core_v1::Container>,
+) -> core_v1::Pod {
+    core_v1::Pod {
+        metadata: Some(core_v1::ObjectMeta {
+            name: Some(def.name.clone()),
+            namespace: Some("default".into()),
+            uid: Some(def.uid.clone()),
+        }),
+        spec: Some(core_v1::PodSpec {
+            containers: apps,
+            node_name: Some("it".into()),
+            init_containers: init,
+            resources: Some(guaranteed(budget.0, budget.1)),
+        }),
+        status: None,
+    }
+}
+
+/// A core/v1 pod without pod-level resources: one container with (cpu request, cpu limit, memory).
+pub fn classic_pod(
+    def: &PodDef,
+    name: &str,
+    (request, limit, memory): (&str, &str, &str),
+) -> core_v1::Pod {
+    let quantity = |v: &str| core_v1::Quantity {
+        string: Some(v.into()),
+    };
+    let resources = core_v1::ResourceRequirements {
+        requests: HashMap::from([
+            ("cpu".to_string(), quantity(request)),
+            ("memory".to_string(), quantity(memory)),
+        ]),
+        limits: HashMap::from([
+            ("cpu".to_string(), quantity(limit)),
+            ("memory".to_string(), quantity(memory)),
+        ]),
+    };
+    core_v1::Pod {
+        metadata: Some(core_v1::ObjectMeta {
+            name: Some(def.name.clone()),
+            namespace: Some("default".into()),
+            uid: Some(def.uid.clone()),
+        }),
+        spec: Some(core_v1::PodSpec {
+            containers: vec![core_v1::Container {
+                name: Some(name.into()),
+                restart_policy: None,
+                resources: Some(resources),
+            }],
+            node_name: Some("it".into()),
+            init_containers: vec![],
+            resources: None,
+        }),
+        status: None,
+    }
+}
+
+pub const MI: u64 = 1 << 20;
