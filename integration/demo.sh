@@ -18,6 +18,7 @@ show() {
     it_crictl "$shim" "$@" 2> >(grep -v 'does not exist, trying next' >&2)
 }
 
+"$here/install-deps.sh"
 trap it_teardown EXIT
 trap "exit 143" TERM INT
 say "Starting a private containerd (state under $IT_RUN)"

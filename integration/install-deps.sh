@@ -18,6 +18,10 @@ if ((${#missing[@]})); then
 fi
 # The Debian package starts a system containerd; the harness never uses it and leaves it alone.
 
+export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
+if command -v rustup >/dev/null; then
+    rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
 command -v go >/dev/null || it_die "go is not installed"
 mkdir -p "$IT_BIN"
 if [[ ! -x $IT_BIN/crictl ]]; then

@@ -37,6 +37,9 @@ stage() {
     it_log "=== $name: exit $rc after ${secs}s"
 }
 
+# Everything the suite needs, installed on a fresh machine (skipped when already there).
+"$here/install-deps.sh"
+
 shell_files=(integration/*.sh integration/lib/*.sh .ci/run)
 if command -v shellcheck >/dev/null; then
     stage shellcheck shellcheck -x "${shell_files[@]}"
@@ -51,8 +54,11 @@ it_up
 export NUMA_SHIM_IT_CONTAINERD NUMA_SHIM_IT_CRICTL=$IT_BIN/crictl NUMA_SHIM_IT_RUN=$IT_RUN
 export NUMA_SHIM_IT_CGROUP_PARENT=/$IT_CG NUMA_SHIM_IT_BUSYBOX_IMAGE=$IT_BUSYBOX_IMAGE
 stage "cargo test" cargo test --all-targets
+# Pods placed through numa-shim on this containerd, read back from cgroupfs and /proc.
+stage "real-runtime placement" cargo test --test realruntime -- --ignored --test-threads=1
 stage "crictl parity" "$here/crictl_parity.sh"
 stage "critest parity" "$here/critest.sh"
+stage "packaging" "$here/packaging.sh"
 
 it_log "summary:"
 printf '  %s\n' "${summary[@]}" >&2
