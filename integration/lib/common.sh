@@ -1,0 +1,51 @@
+# shellcheck shell=bash
+# Shared paths and helpers for the real-runtime harness. Source it; it defines no traps.
+#
+# Everything the harness creates lives under IT_RUN (runtime state, sockets: short path) and
+# IT_WORK (cached tools and images, gitignored). Nothing here touches a system containerd.
+
+IT_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+IT_WORK=${IT_WORK:-$IT_REPO/integration/.work}
+IT_BIN=$IT_WORK/bin
+# Unix socket paths must stay short (108 bytes), so runtime state lives under /run.
+IT_RUN=${IT_RUN:-/run/numa-shim-it}
+CRICTL_VERSION=v1.37.0
+# Cgroup parents the harness's own pod configs use, and the one critest uses when the runtime does
+# not answer RuntimeConfig (containerd 1.6). Teardown removes what is left under them.
+IT_CG=${IT_RUN##*/}
+# shellcheck disable=SC2034 # used by containerd.sh
+IT_CGROUP_PARENTS=("$IT_CG" test.slice)
+
+export IT_REPO IT_WORK IT_BIN IT_RUN IT_CG CRICTL_VERSION
+
+# crictl reads /etc/crictl.yaml unless told otherwise: give it an empty private one.
+mkdir -p "$IT_WORK"
+[[ -e $IT_WORK/crictl.yaml ]] || : >"$IT_WORK/crictl.yaml"
+
+it_log() { printf '[it %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+it_die() { it_log "FATAL: $*"; exit 1; }
+
+# it_crictl ENDPOINT ARGS... runs the harness's crictl against a unix socket path.
+it_crictl() {
+    local ep=$1
+    shift
+    "$IT_BIN/crictl" --config "$IT_WORK/crictl.yaml" --runtime-endpoint "unix://$ep" --image-endpoint "unix://$ep" --timeout 60s "$@"
+}
+
+# it_wait_socket PATH SECONDS: waits for a CRI server to answer `crictl version` on PATH.
+it_wait_socket() {
+    local sock=$1 secs=$2 i
+    for ((i = 0; i < secs * 5; i++)); do
+        if [[ -S $sock ]] && it_crictl "$sock" version >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    return 1
+}
+
+# it_numa_shim_bin: path of the numa-shim binary (built by cargo into CARGO_TARGET_DIR).
+it_numa_shim_bin() {
+    local target=${CARGO_TARGET_DIR:-$IT_REPO/target}
+    printf '%s/debug/numa-shim\n' "$target"
+}
