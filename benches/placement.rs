@@ -25,9 +25,17 @@ const GI: u64 = 1 << 30;
 /// CPUs of the pod-level request: 2 exclusive for the app, 1 left as the pod's shared pool.
 const POD_CPUS: u64 = 3;
 
-/// (label, sockets, NUMA nodes per socket, cores per NUMA node): 2 threads per core, 2 uncore
-/// caches per NUMA node.
-const MACHINES: [(u32, u32, u32); 4] = [(2, 1, 4), (2, 2, 32), (2, 4, 64), (2, 4, 256)];
+/// (sockets, NUMA nodes per socket, cores per NUMA node), 2 threads per core, 2 uncore caches per
+/// NUMA node: 16, 256, 1024 and 4096 CPUs with 2, 4, 8 and 8 NUMA nodes, then 64 and 256 CPUs
+/// with 8 NUMA nodes so that growth in CPUs can be told apart from growth in NUMA nodes.
+const MACHINES: [(u32, u32, u32); 6] = [
+    (2, 1, 4),
+    (2, 2, 32),
+    (2, 4, 64),
+    (2, 4, 256),
+    (2, 4, 4),
+    (2, 4, 16),
+];
 
 fn list(cpu_milli: u64, memory: u64) -> ResourceList {
     ResourceList {
@@ -83,8 +91,8 @@ fn config(policy: TopologyPolicy, numa_nodes: u32) -> Config {
     }
 }
 
-/// The machine with background pods on about half of its CPUs, and its CPU count.
-fn loaded_node(shape: (u32, u32, u32), policy: TopologyPolicy) -> (Node, usize) {
+/// The machine with background pods on about half of its CPUs, and its label (`<cpus>cpu-<numa>numa`).
+fn loaded_node(shape: (u32, u32, u32), policy: TopologyPolicy) -> (Node, String) {
     let (sockets, per_socket, cores) = shape;
     let spec = SyntheticSpec {
         memory_per_numa: 4096 * GI,
@@ -109,7 +117,7 @@ fn loaded_node(shape: (u32, u32, u32), policy: TopologyPolicy) -> (Node, usize) 
         vec![false, true],
         "sidecar shared, app exclusive"
     );
-    (node, cpus)
+    (node, format!("{cpus}cpu-{}numa", sockets * per_socket))
 }
 
 /// Admission plus the per-container queries the relay makes at CreateContainer.
@@ -134,20 +142,24 @@ fn placement(c: &mut Criterion) {
             .warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_secs(1));
         for shape in MACHINES {
-            let (node, cpus) = loaded_node(shape, policy);
-            group.bench_with_input(BenchmarkId::new("admit_query", cpus), &node, |b, node| {
-                b.iter_batched(
-                    || node.clone(),
-                    |mut n| {
-                        black_box(admit_and_query(&mut n, &measured));
-                        n
-                    },
-                    BatchSize::LargeInput,
-                )
-            });
+            let (node, machine) = loaded_node(shape, policy);
+            group.bench_with_input(
+                BenchmarkId::new("admit_query", &machine),
+                &node,
+                |b, node| {
+                    b.iter_batched(
+                        || node.clone(),
+                        |mut n| {
+                            black_box(admit_and_query(&mut n, &measured));
+                            n
+                        },
+                        BatchSize::LargeInput,
+                    )
+                },
+            );
             let mut holding = node.clone();
             holding.admit(&measured).expect("admitted");
-            group.bench_with_input(BenchmarkId::new("remove", cpus), &holding, |b, node| {
+            group.bench_with_input(BenchmarkId::new("remove", &machine), &holding, |b, node| {
                 b.iter_batched(
                     || node.clone(),
                     |mut n| {
@@ -158,7 +170,7 @@ fn placement(c: &mut Criterion) {
                 )
             });
             let mut cycling = node.clone();
-            group.bench_function(BenchmarkId::new("cycle", cpus), |b| {
+            group.bench_function(BenchmarkId::new("cycle", &machine), |b| {
                 b.iter(|| {
                     black_box(admit_and_query(&mut cycling, &measured));
                     cycling.remove_pod(&measured.uid);
