@@ -4,7 +4,8 @@
 //! already hold pods on about half of their CPUs. State is restored per iteration: the node is
 //! cloned outside the timed section (`admit_query`, `remove`), or admission and release are timed
 //! as a pair on one node (`cycle`). Run with `cargo bench --bench placement`; see
-//! docs/PERFORMANCE.md. Pure computation: no I/O besides criterion's own output.
+//! docs/PERFORMANCE.md. `cargo test --all-targets` runs it once on the smallest machine only.
+//! Pure computation: no I/O besides criterion's own output.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -130,6 +131,17 @@ fn admit_and_query(node: &mut Node, p: &PodSpec) -> usize {
     n
 }
 
+/// The machines to run: all of them under `cargo bench` (which passes `--bench`); only the
+/// smallest under `cargo test --all-targets`, where criterion runs each benchmark once as a smoke
+/// test and a debug build would take minutes to fill the large machines.
+fn machines() -> &'static [(u32, u32, u32)] {
+    if std::env::args().any(|a| a == "--bench") {
+        &MACHINES
+    } else {
+        &MACHINES[..1]
+    }
+}
+
 fn placement(c: &mut Criterion) {
     let measured = pod("measured");
     for (label, policy) in [
@@ -141,7 +153,7 @@ fn placement(c: &mut Criterion) {
             .sample_size(20)
             .warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_secs(1));
-        for shape in MACHINES {
+        for &shape in machines() {
             let (node, machine) = loaded_node(shape, policy);
             group.bench_with_input(
                 BenchmarkId::new("admit_query", &machine),

@@ -23,16 +23,17 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug, Parser)]
 struct Args {
     /// The runtime's own socket.
-    #[arg(long)]
-    direct: PathBuf,
+    #[arg(long, requires = "via")]
+    direct: Option<PathBuf>,
     /// numa-shim's socket in front of the same runtime.
-    #[arg(long)]
-    via: PathBuf,
+    #[arg(long, requires = "direct")]
+    via: Option<PathBuf>,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     deadline: u64,
+    /// Without a test (as under `cargo test --all-targets` or a bare `cargo bench`), nothing runs.
     #[command(subcommand)]
-    test: Test,
+    test: Option<Test>,
     /// `cargo bench` appends `--bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -140,14 +141,14 @@ async fn version_round(clients: &[Client], per_client: usize) -> Result<Vec<Dura
 }
 
 async fn version(
-    args: &Args,
+    sockets: [&Path; 2],
     calls: usize,
     clients: usize,
     rounds: usize,
     warmup: usize,
 ) -> Result<(), Error> {
     let mut targets = Vec::new();
-    for path in [&args.direct, &args.via] {
+    for path in sockets {
         let mut conns = Vec::with_capacity(clients);
         for _ in 0..clients {
             conns.push(connect(path).await?);
@@ -266,19 +267,15 @@ async fn one_pod(
 }
 
 async fn pods(
-    args: &Args,
+    [direct, via]: [&Path; 2],
     n: usize,
     image: &str,
     cgroup_parent: &str,
     log_dir: &Path,
 ) -> Result<(), Error> {
     let mut targets = [
-        (
-            "direct",
-            connect(&args.direct).await?,
-            Vec::with_capacity(n),
-        ),
-        ("via", connect(&args.via).await?, Vec::with_capacity(n)),
+        ("direct", connect(direct).await?, Vec::with_capacity(n)),
+        ("via", connect(via).await?, Vec::with_capacity(n)),
     ];
     // One untimed pod per target first (image unpack, first shim start).
     for i in 0..=n {
@@ -312,25 +309,30 @@ async fn pods(
 
 fn main() -> Result<(), Error> {
     let args = Args::parse();
+    let (Some(test), Some(direct), Some(via)) = (&args.test, &args.direct, &args.via) else {
+        eprintln!("relay_load: nothing to do without --direct, --via and a test (integration/bench-relay.sh runs it)");
+        return Ok(());
+    };
+    let sockets = [direct.as_path(), via.as_path()];
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let work = async {
-            match &args.test {
+            match test {
                 Test::Version {
                     calls,
                     clients,
                     rounds,
                     warmup,
-                } => version(&args, *calls, *clients, *rounds, *warmup).await,
+                } => version(sockets, *calls, *clients, *rounds, *warmup).await,
                 Test::Pods {
                     pods: n,
                     image,
                     cgroup_parent,
                     log_dir,
-                } => pods(&args, *n, image, cgroup_parent, log_dir).await,
+                } => pods(sockets, *n, image, cgroup_parent, log_dir).await,
             }
         };
         tokio::time::timeout(Duration::from_secs(args.deadline), work)
