@@ -547,6 +547,9 @@ where
         .append(true)
         .open(env.run.join("logs/containerd.log"))
         .unwrap();
+    // The restarted containerd outlives this test; the harness's teardown ends it by the PID
+    // recorded below, as it would the original.
+    #[allow(clippy::zombie_processes)]
     let child = std::process::Command::new(&args[0])
         .args(&args[1..])
         .stdout(std::process::Stdio::null())
