@@ -111,13 +111,16 @@ unit_has_settings() {
 kubelet_dropin_loads() {
     local dir=$WORK/kubelet-units
     mkdir -p "$dir/kubelet.service.d"
+    # shellcheck disable=SC2016 # $KUBELET_CONFIG_ARGS is for systemd to expand, not the shell
     printf '[Service]\nExecStart=%s $KUBELET_CONFIG_ARGS\n' "$(command -v true)" >"$dir/kubelet.service"
     printf '[Service]\nEnvironment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"\n' \
         >"$dir/kubelet.service.d/10-kubeadm.conf"
     cp "$ROOT/packaging/kubelet/kubelet.service.d/10-numa-shim.conf" "$dir/kubelet.service.d/"
     cp "$WORK/units/numa-shim.service" "$dir/"
     # 10-kubeadm.conf must sort before 10-numa-shim.conf so ours sets KUBELET_CONFIG_ARGS last.
-    [ "$(ls "$dir/kubelet.service.d" | sort | tail -1)" = 10-numa-shim.conf ] || return 1
+    local last
+    last=$(find "$dir/kubelet.service.d" -mindepth 1 -printf '%f\n' | sort | tail -1)
+    [ "$last" = 10-numa-shim.conf ] || return 1
     (cd "$dir" && SYSTEMD_UNIT_PATH="$dir:" verify_quiet "$dir/kubelet.service")
 }
 
@@ -274,8 +277,12 @@ deb_installs_into_instdir() {
     done
     if [ "$action" = -i ]; then
         local wants=etc/systemd/system/multi-user.target.wants/numa-shim.service
-        [ -L "$inst/$wants" ] && echo "enabled: /$wants -> $(readlink "$inst/$wants")" ||
-            { echo "not enabled in the scratch root"; missing=1; }
+        if [ -L "$inst/$wants" ]; then
+            echo "enabled: /$wants -> $(readlink "$inst/$wants")"
+        else
+            echo "not enabled in the scratch root"
+            missing=1
+        fi
     else
         echo "host runs systemd: unpacked only"
     fi
