@@ -285,3 +285,23 @@ fn check_fails_on_an_unmet_expectation_and_names_it() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The README's `simulate` examples (docs/examples/*.yaml, copies of the shared examples) still
+/// give what their `expect` blocks and the README show.
+#[test]
+fn readme_examples_match_their_expect_blocks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples");
+    for scenario in ["pod-scope.yaml", "container-scope.yaml"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
+            .args(["simulate", "--check", "--output", "table"])
+            .arg(dir.join(scenario))
+            .output()
+            .expect("run numa-shim");
+        assert!(
+            out.status.success(),
+            "{scenario}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
