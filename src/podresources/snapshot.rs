@@ -1,0 +1,183 @@
+//! The immutable copy of what numa-shim applied that every answer is built from. Captured under
+//! the registry lock (pure copying, no allocation beyond the copy, no I/O); everything after
+//! runs without the lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use crate::cpuset::CpuSet;
+use crate::lifecycle::registry::{ContainerRecord, PodRecord, PLACEHOLDER};
+use crate::lifecycle::{Placer, Registry};
+use crate::placement::memory::Block;
+use crate::placement::node::PodPlacement;
+use crate::placement::ContainerRole;
+
+/// Everything PodResources answers with, as of one instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Active pods, by UID.
+    pub pods: Vec<PodEntry>,
+    /// `GetAllocatableResources` CPUs.
+    pub allocatable_cpus: CpuSet,
+    /// `GetAllocatableResources` memory: one single-node block per NUMA node and type.
+    pub allocatable_memory: Vec<Block>,
+}
+
+/// One pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEntry {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The pod-scope CPU bubble (PLRM); `None` in container scope or without a bubble.
+    pub cpus: Option<CpuSet>,
+    /// The pod-scope memory bubble blocks; empty without one.
+    pub memory: Vec<Block>,
+    /// Sidecars then app containers in spec order, then recorded containers the spec lacks.
+    pub containers: Vec<ContainerEntry>,
+}
+
+/// One container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerEntry {
+    pub name: String,
+    /// The exclusive slice; `None` for containers on a shared pool (pod or node).
+    pub exclusive_cpus: Option<CpuSet>,
+    /// The Memory Manager's blocks for the container.
+    pub memory: Vec<Block>,
+}
+
+/// Anything that can lend the registry for a short, synchronous look.
+pub trait RegistrySource: Send + Sync + 'static {
+    /// Runs `f` with the registry borrowed; `f` must only copy.
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R;
+}
+
+impl RegistrySource for Placer {
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
+        f(&self.registry())
+    }
+}
+
+impl RegistrySource for Mutex<Registry> {
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
+        let guard = self.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&guard)
+    }
+}
+
+impl<T: RegistrySource> RegistrySource for std::sync::Arc<T> {
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
+        (**self).with_registry(f)
+    }
+}
+
+impl Snapshot {
+    /// Copies every active pod and the allocatable resources out of the registry.
+    pub fn capture(registry: &Registry) -> Self {
+        let mut by_pod: BTreeMap<&str, Vec<&ContainerRecord>> = BTreeMap::new();
+        for record in registry.containers().values() {
+            by_pod.entry(&record.pod_uid).or_default().push(record);
+        }
+        let pods = registry
+            .pods()
+            .iter()
+            .filter(|(_, p)| p.active)
+            .map(|(uid, p)| {
+                let recorded = by_pod.get(uid.as_str()).map_or(&[][..], Vec::as_slice);
+                PodEntry::capture(registry, p, recorded)
+            })
+            .collect();
+        Self {
+            pods,
+            allocatable_cpus: registry.node().allocatable_cpus(),
+            allocatable_memory: registry.node().allocatable_memory(),
+        }
+    }
+
+    /// Copies the active pod `namespace`/`name`, if numa-shim knows it.
+    pub fn capture_pod(registry: &Registry, namespace: &str, name: &str) -> Option<PodEntry> {
+        let record = registry
+            .pods()
+            .values()
+            .find(|p| p.active && p.spec.namespace == namespace && p.spec.name == name)?;
+        let recorded: Vec<&ContainerRecord> = registry
+            .containers()
+            .values()
+            .filter(|c| c.pod_uid == record.spec.uid)
+            .collect();
+        Some(PodEntry::capture(registry, record, &recorded))
+    }
+}
+
+impl PodEntry {
+    /// `recorded`: the container records of this pod, in container-id order.
+    fn capture(registry: &Registry, record: &PodRecord, recorded: &[&ContainerRecord]) -> Self {
+        let spec = &record.spec;
+        let placement = registry.node().placement(&spec.uid);
+        let mut containers = Vec::new();
+        let mut listed = BTreeSet::new();
+        let listable = spec
+            .init_containers
+            .iter()
+            .filter(|c| c.role == ContainerRole::Sidecar)
+            .chain(&spec.containers)
+            .filter(|c| c.name != PLACEHOLDER);
+        for c in listable {
+            listed.insert(c.name.as_str());
+            let latest = recorded.iter().rev().find(|r| r.name == c.name);
+            containers.push(spec_container(&c.name, placement.as_ref(), latest.copied()));
+        }
+        // Regular init containers are not listed (kubelet), neither are they "extra".
+        let init: BTreeSet<&str> = spec
+            .init_containers
+            .iter()
+            .filter(|c| c.role == ContainerRole::Init)
+            .map(|c| c.name.as_str())
+            .collect();
+        for r in recorded {
+            if listed.contains(r.name.as_str()) || init.contains(r.name.as_str()) {
+                continue;
+            }
+            listed.insert(r.name.as_str());
+            containers.push(ContainerEntry {
+                name: r.name.clone(),
+                exclusive_cpus: r.exclusive.then(|| r.cpus.clone()),
+                memory: Vec::new(),
+            });
+        }
+        let (cpus, memory) = match placement {
+            Some(p) => (p.cpus, p.memory),
+            None => (None, Vec::new()),
+        };
+        Self {
+            uid: spec.uid.clone(),
+            namespace: spec.namespace.clone(),
+            name: spec.name.clone(),
+            cpus,
+            memory,
+            containers,
+        }
+    }
+}
+
+/// A container of the spec: the Node's placement, with the cpuset numa-shim last applied when
+/// the container was created through it.
+fn spec_container(
+    name: &str,
+    placement: Option<&PodPlacement>,
+    applied: Option<&ContainerRecord>,
+) -> ContainerEntry {
+    let placed = placement.and_then(|p| p.containers.iter().find(|c| c.name == name));
+    let exclusive_cpus = match (applied, placed) {
+        (Some(r), _) if r.exclusive => Some(r.cpus.clone()),
+        (Some(_), _) => None,
+        (None, Some(p)) if p.exclusive => Some(p.cpus.clone()),
+        (None, _) => None,
+    };
+    ContainerEntry {
+        name: name.to_string(),
+        exclusive_cpus,
+        memory: placed.map(|p| p.memory.clone()).unwrap_or_default(),
+    }
+}
