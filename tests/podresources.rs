@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use numa_shim::cpuset::CpuSet;
 use numa_shim::lifecycle::runtime::unix_channel;
-use numa_shim::podresources::{self, PodResourcesService};
+use numa_shim::podresources::{self, PodResourcesService, RegistrySource};
 use numa_shim::proto::podresources::v1 as pr;
 use support::*;
 use tonic::Code;
@@ -250,13 +250,16 @@ fn check_consistent(list: &pr::ListPodResourcesResponse) -> Result<(), String> {
     Ok(())
 }
 
+/// Admits and removes pods on another thread through the placer (as the hook does) while List
+/// answers keep coming; every answer must be consistent and answers must follow the changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_stays_consistent_during_admit_remove_churn() {
-    let shared: Shared = Arc::new(Mutex::new(registry()));
-    let service = Arc::new(PodResourcesService::new(shared.clone(), &options()));
+    let dir = tempfile::tempdir().unwrap();
+    let placer = support::placer(registry(), dir.path());
+    let service = Arc::new(PodResourcesService::new(placer.clone(), &options()));
     let done = Arc::new(AtomicBool::new(false));
     let churn = {
-        let (shared, done) = (shared.clone(), done.clone());
+        let (placer, done) = (placer.clone(), done.clone());
         std::thread::spawn(move || {
             let mut live: Vec<String> = Vec::new();
             let mut admitted = 0usize;
@@ -267,7 +270,7 @@ async fn list_stays_consistent_during_admit_remove_churn() {
                     1 => pod(&uid, None, vec![app("solo", guaranteed(1000, GI))]),
                     _ => pod(&uid, None, vec![app("web", burstable(200))]),
                 };
-                let mut r = shared.lock().unwrap();
+                let mut r = placer.registry();
                 if run(&mut r, spec) {
                     admitted += 1;
                     live.push(uid);
@@ -295,6 +298,29 @@ async fn list_stays_consistent_during_admit_remove_churn() {
     let admitted = churn.join().unwrap();
     assert!(admitted > 1000, "churn admitted only {admitted}");
     assert!(lists > 10 && nonempty > 0, "lists {lists}, with bubbles {nonempty}");
+    // After the churn the published answer is exactly what a fresh capture gives.
+    let fresh = numa_shim::podresources::list_response(
+        &placer.with_registry(numa_shim::podresources::Snapshot::capture),
+    );
+    assert_eq!(service.list_pods().await, fresh);
+}
+
+/// The published answer is reused while nothing changes and rebuilt after any change.
+#[tokio::test]
+async fn published_answer_follows_the_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let placer = support::placer(registry(), dir.path());
+    let service = PodResourcesService::new(placer.clone(), &options());
+    assert!(run(&mut placer.registry(), plrm_pod("a", 3)));
+    let first = service.current_list();
+    assert!(Arc::ptr_eq(&first, &service.current_list()), "unchanged registry: same answer");
+    let _ = placer.registry().pods().len(); // a read does not invalidate
+    assert!(Arc::ptr_eq(&first, &service.current_list()));
+    assert!(run(&mut placer.registry(), plrm_pod("b", 2)));
+    let second = service.current_list();
+    assert_eq!(second.pod_resources.len(), 2);
+    support::remove(&mut placer.registry(), "a");
+    assert_eq!(service.current_list().pod_resources.len(), 1);
 }
 
 #[test]

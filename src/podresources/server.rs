@@ -2,6 +2,7 @@
 //! answer without it, merge the kubelet's devices and dynamic resources.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -13,6 +14,7 @@ use super::convert::{allocatable_response, list_response, pod_resources};
 use super::kubelet::{merge_allocatable, merge_list, merge_pod, KubeletSource};
 use super::limit::RateLimiter;
 use super::snapshot::{RegistrySource, Snapshot};
+
 use super::{Options, PodResourcesError, RATE_LIMIT_MESSAGE};
 use crate::proto::podresources::v1 as pr;
 use pr::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
@@ -26,6 +28,8 @@ pub struct PodResourcesService<S> {
     source: S,
     limiter: RateLimiter,
     kubelet: Option<KubeletSource>,
+    /// The last `List` answer and the registry epoch it was built at.
+    published: Mutex<Option<(u64, Arc<pr::ListPodResourcesResponse>)>>,
 }
 
 impl<S: RegistrySource> PodResourcesService<S> {
@@ -37,14 +41,37 @@ impl<S: RegistrySource> PodResourcesService<S> {
                 .kubelet_socket
                 .as_ref()
                 .map(|p| KubeletSource::new(p, options.kubelet_timeout)),
+            published: Mutex::new(None),
         }
+    }
+
+    /// numa-shim's part of the `List` answer: the published one while the registry epoch is
+    /// unchanged, else captured (under the registry lock) and built (without it) afresh.
+    pub fn current_list(&self) -> Arc<pr::ListPodResourcesResponse> {
+        let epoch = self.source.epoch();
+        {
+            let published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            if let (Some(now), Some((at, response))) = (epoch, published.as_ref()) {
+                if *at == now {
+                    return response.clone();
+                }
+            }
+        }
+        let (epoch, snapshot) = self.source.capture();
+        let response = Arc::new(list_response(&snapshot));
+        if let Some(epoch) = epoch {
+            let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            // Keep the newest: a slower builder of an older epoch must not win.
+            if published.as_ref().is_none_or(|(at, _)| *at < epoch) {
+                *published = Some((epoch, response.clone()));
+            }
+        }
+        response
     }
 
     /// The `List` answer (no rate limit): what `List` sends.
     pub async fn list_pods(&self) -> pr::ListPodResourcesResponse {
-        let snapshot = self.source.with_registry(Snapshot::capture);
-        let mut response = list_response(&snapshot);
-        drop(snapshot);
+        let mut response = Arc::unwrap_or_clone(self.current_list());
         if let Some(kubelet) = &self.kubelet {
             if let Some(theirs) = kubelet.list().await {
                 merge_list(&mut response, &theirs);

@@ -51,11 +51,33 @@ pub struct ContainerEntry {
 pub trait RegistrySource: Send + Sync + 'static {
     /// Runs `f` with the registry borrowed; `f` must only copy.
     fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R;
+
+    /// A counter that changes whenever the registry may have changed; `None` if unknown (then
+    /// every answer captures afresh).
+    fn epoch(&self) -> Option<u64> {
+        None
+    }
+
+    /// Captures a snapshot and the epoch it belongs to, both under the same lock.
+    fn capture(&self) -> (Option<u64>, Snapshot) {
+        (None, self.with_registry(Snapshot::capture))
+    }
 }
 
 impl RegistrySource for Placer {
     fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
         f(&self.registry())
+    }
+
+    fn epoch(&self) -> Option<u64> {
+        Some(Placer::epoch(self))
+    }
+
+    fn capture(&self) -> (Option<u64>, Snapshot) {
+        let registry = self.registry();
+        // Read under the lock: no mutation can run between the epoch and the copy.
+        let epoch = Placer::epoch(self);
+        (Some(epoch), Snapshot::capture(&registry))
     }
 }
 
@@ -69,6 +91,14 @@ impl RegistrySource for Mutex<Registry> {
 impl<T: RegistrySource> RegistrySource for std::sync::Arc<T> {
     fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
         (**self).with_registry(f)
+    }
+
+    fn epoch(&self) -> Option<u64> {
+        (**self).epoch()
+    }
+
+    fn capture(&self) -> (Option<u64>, Snapshot) {
+        (**self).capture()
     }
 }
 

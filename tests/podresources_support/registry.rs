@@ -10,7 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use numa_shim::cpuset::CpuSet;
 use numa_shim::lifecycle::runtime::unix_channel;
-use numa_shim::lifecycle::{Registry, Source};
+use numa_shim::knowledge::Knowledge;
+use numa_shim::lifecycle::{Placer, Registry, Source, Store};
+use numa_shim::state::Checkpoint;
+use numa_shim::telemetry::Metrics;
 use numa_shim::placement::config::{
     Config, CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
 };
@@ -108,6 +111,18 @@ pub fn registry() -> Registry {
     registry_on(2, 8, TopologyScope::Pod)
 }
 
+/// A placer (the serve wiring: epoch-counted registry) around `registry`, checkpointing into
+/// `dir`.
+pub fn placer(registry: Registry, dir: &Path) -> Arc<Placer> {
+    let store = Store::new(Checkpoint::new(dir, "state.json"));
+    Arc::new(Placer::new(
+        registry,
+        store,
+        Knowledge::CriOnly,
+        Arc::new(Metrics::new()),
+    ))
+}
+
 /// Admits the pod and creates each of its containers (ids `<uid>-<name>`); false if refused.
 pub fn run(registry: &mut Registry, spec: PodSpec) -> bool {
     let uid = spec.uid.clone();
@@ -146,7 +161,11 @@ pub struct Served {
 }
 
 impl Served {
-    pub async fn start(dir: &Path, registry: Shared, mut options: Options) -> Self {
+    pub async fn start<S: podresources::RegistrySource>(
+        dir: &Path,
+        registry: S,
+        mut options: Options,
+    ) -> Self {
         let path = dir.join("numa-shim.sock");
         options.socket = path.clone();
         let listener = podresources::bind(&path, options.mode).await.unwrap();
