@@ -9,7 +9,7 @@ use crate::cpuset::CpuSet;
 use crate::lifecycle::registry::{ContainerRecord, PodRecord, PLACEHOLDER};
 use crate::lifecycle::{Placer, Registry};
 use crate::placement::memory::Block;
-use crate::placement::node::PodPlacement;
+use crate::placement::node::Node;
 use crate::placement::ContainerRole;
 
 /// Everything PodResources answers with, as of one instant.
@@ -141,10 +141,13 @@ impl Snapshot {
 }
 
 impl PodEntry {
-    /// `recorded`: the container records of this pod, in container-id order.
+    /// `recorded`: the container records of this pod, in container-id order. Only direct
+    /// lookups (no placement computation) for containers numa-shim created: this runs under
+    /// the registry lock.
     fn capture(registry: &Registry, record: &PodRecord, recorded: &[&ContainerRecord]) -> Self {
         let spec = &record.spec;
-        let placement = registry.node().placement(&spec.uid);
+        let node = registry.node();
+        let memory = node.memory_manager();
         let mut containers = Vec::new();
         let mut listed = BTreeSet::new();
         let listable = spec
@@ -155,8 +158,9 @@ impl PodEntry {
             .filter(|c| c.name != PLACEHOLDER);
         for c in listable {
             listed.insert(c.name.as_str());
-            let latest = recorded.iter().rev().find(|r| r.name == c.name);
-            containers.push(spec_container(&c.name, placement.as_ref(), latest.copied()));
+            let applied = recorded.iter().rev().find(|r| r.name == c.name).copied();
+            let blocks = memory.container_blocks(&spec.uid, &c.name);
+            containers.push(spec_container(node, &spec.uid, &c.name, applied, blocks));
         }
         // Regular init containers are not listed (kubelet), neither are they "extra".
         let init: BTreeSet<&str> = spec
@@ -176,38 +180,39 @@ impl PodEntry {
                 memory: Vec::new(),
             });
         }
-        let (cpus, memory) = match placement {
-            Some(p) => (p.cpus, p.memory),
-            None => (None, Vec::new()),
-        };
         Self {
             uid: spec.uid.clone(),
             namespace: spec.namespace.clone(),
             name: spec.name.clone(),
-            cpus,
-            memory,
+            cpus: node.pod_cpus(&spec.uid),
+            memory: memory
+                .pod_blocks(&spec.uid)
+                .map(<[Block]>::to_vec)
+                .unwrap_or_default(),
             containers,
         }
     }
 }
 
-/// A container of the spec: the Node's placement, with the cpuset numa-shim last applied when
-/// the container was created through it.
+/// A container of the spec: the cpuset numa-shim applied when it created the container, else
+/// (not created yet) the Node's placement; the Memory Manager's blocks.
 fn spec_container(
+    node: &Node,
+    pod_uid: &str,
     name: &str,
-    placement: Option<&PodPlacement>,
     applied: Option<&ContainerRecord>,
+    blocks: Option<&[Block]>,
 ) -> ContainerEntry {
-    let placed = placement.and_then(|p| p.containers.iter().find(|c| c.name == name));
-    let exclusive_cpus = match (applied, placed) {
-        (Some(r), _) if r.exclusive => Some(r.cpus.clone()),
-        (Some(_), _) => None,
-        (None, Some(p)) if p.exclusive => Some(p.cpus.clone()),
-        (None, _) => None,
+    let exclusive_cpus = match applied {
+        Some(r) => r.exclusive.then(|| r.cpus.clone()),
+        None => node
+            .container(pod_uid, name)
+            .filter(|p| p.exclusive)
+            .map(|p| p.cpus),
     };
     ContainerEntry {
         name: name.to_string(),
         exclusive_cpus,
-        memory: placed.map(|p| p.memory.clone()).unwrap_or_default(),
+        memory: blocks.map(<[Block]>::to_vec).unwrap_or_default(),
     }
 }
