@@ -27,7 +27,9 @@ fn loaded_registry() -> Registry {
         let uid = format!("pod-{i:04}");
         let spec = if i < PLRM_PODS {
             let mut containers = vec![app("excl", guaranteed(1000, GI / 2))];
-            containers.extend((1..CONTAINERS_PER_POD).map(|k| app(&format!("pool-{k}"), Default::default())));
+            containers.extend(
+                (1..CONTAINERS_PER_POD).map(|k| app(&format!("pool-{k}"), Default::default())),
+            );
             pod(&uid, Some(guaranteed(2000, GI)), containers)
         } else {
             let containers = (0..CONTAINERS_PER_POD)
@@ -72,10 +74,16 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let served = rt.block_on(Served::start(dir.path(), shared.clone(), options()));
     let mut client = served.client();
-    let list = rt.block_on(client.list(pr::ListPodResourcesRequest {})).unwrap().into_inner();
+    let list = rt
+        .block_on(client.list(pr::ListPodResourcesRequest {}))
+        .unwrap()
+        .into_inner();
     assert_eq!(list.pod_resources.len(), PODS);
     let bytes = prost::Message::encoded_len(&list);
-    println!("List answer: {PODS} pods, {} containers, {bytes} bytes", PODS * CONTAINERS_PER_POD);
+    println!(
+        "List answer: {PODS} pods, {} containers, {bytes} bytes",
+        PODS * CONTAINERS_PER_POD
+    );
 
     let mut group = c.benchmark_group("podresources_list_1000_pods");
     group.bench_function("snapshot_capture_under_lock", |b| {
@@ -89,13 +97,17 @@ fn bench(c: &mut Criterion) {
         b.iter(|| rt.block_on(service.list_pods()))
     });
     group.bench_function("list_over_unix_socket", |b| {
-        b.iter(|| rt.block_on(client.list(pr::ListPodResourcesRequest {})).unwrap())
+        b.iter(|| {
+            rt.block_on(client.list(pr::ListPodResourcesRequest {}))
+                .unwrap()
+        })
     });
     // Every call after a change: the registry epoch moves before each List.
     group.bench_function("list_over_unix_socket_after_a_change", |b| {
         b.iter(|| {
             touch(&shared);
-            rt.block_on(client.list(pr::ListPodResourcesRequest {})).unwrap()
+            rt.block_on(client.list(pr::ListPodResourcesRequest {}))
+                .unwrap()
         })
     });
     group.finish();
@@ -112,17 +124,26 @@ fn bench(c: &mut Criterion) {
         std::hint::black_box(list_response(&shared.with_registry(Snapshot::capture)));
         build.push(t.elapsed());
         let t = Instant::now();
-        std::hint::black_box(rt.block_on(client.list(pr::ListPodResourcesRequest {})).unwrap());
+        std::hint::black_box(
+            rt.block_on(client.list(pr::ListPodResourcesRequest {}))
+                .unwrap(),
+        );
         call.push(t.elapsed());
         touch(&shared);
         let t = Instant::now();
-        std::hint::black_box(rt.block_on(client.list(pr::ListPodResourcesRequest {})).unwrap());
+        std::hint::black_box(
+            rt.block_on(client.list(pr::ListPodResourcesRequest {}))
+                .unwrap(),
+        );
         changed.push(t.elapsed());
     }
     percentiles("lock held (capture)", lock);
     percentiles("capture + build", build);
     percentiles("List over unix socket, registry unchanged", call);
-    percentiles("List over unix socket, registry changed before each call", changed);
+    percentiles(
+        "List over unix socket, registry changed before each call",
+        changed,
+    );
     rt.block_on(served.stop());
 }
 
@@ -130,5 +151,7 @@ criterion_group!(benches, bench);
 
 fn main() {
     benches();
-    criterion::Criterion::default().configure_from_args().final_summary();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
 }

@@ -39,10 +39,10 @@ pub struct Config {
     /// The kubelet Pods API socket (default /var/lib/kubelet/pods-api/pods-api.sock).
     pub pods_api_socket: Option<PathBuf>,
     /// Where numa-shim serves PodResources v1 (default `<stateDir>/pod-resources/kubelet.sock`;
-    /// an empty path turns the server off).
+    /// `none` or an empty path turns the server off).
     pub pod_resources_socket: Option<PathBuf>,
     /// The kubelet's own PodResources socket, asked for devices and dynamic resources (default
-    /// /var/lib/kubelet/pod-resources/kubelet.sock; an empty path never asks).
+    /// /var/lib/kubelet/pod-resources/kubelet.sock; `none` or an empty path never asks).
     pub kubelet_pod_resources_socket: Option<PathBuf>,
     /// PodResources rate limit: requests per second (default 100) and burst (default 10).
     pub pod_resources_qps: Option<u32>,

@@ -79,9 +79,13 @@ pub enum PodResourcesError {
     NotASocket { path: PathBuf },
     #[error("pod-resources socket {path}: another server is listening on it")]
     InUse { path: PathBuf },
-    #[error("pod-resources socket {path}: is the kubelet's own socket; numa-shim must listen elsewhere")]
+    #[error(
+        "pod-resources socket {path}: is the kubelet's own socket; numa-shim must listen elsewhere"
+    )]
     KubeletPath { path: PathBuf },
-    #[error("pod-resources rate limit: qps and burst must be at least 1 (got qps {qps}, burst {burst})")]
+    #[error(
+        "pod-resources rate limit: qps and burst must be at least 1 (got qps {qps}, burst {burst})"
+    )]
     RateLimit { qps: u32, burst: u32 },
     #[error("pod-resources server: {0}")]
     Serve(#[from] tonic::transport::Error),

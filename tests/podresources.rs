@@ -20,7 +20,10 @@ fn shared_with_pods() -> Shared {
     let mut r = registry();
     assert!(run(&mut r, plrm_pod("a", 3)));
     assert!(run(&mut r, plrm_pod("b", 4)));
-    assert!(run(&mut r, pod("c", None, vec![app("web", burstable(500))])));
+    assert!(run(
+        &mut r,
+        pod("c", None, vec![app("web", burstable(500))])
+    ));
     Arc::new(Mutex::new(r))
 }
 
@@ -29,11 +32,19 @@ async fn list_get_allocatable_over_a_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
     let shared = shared_with_pods();
     let served = Served::start(dir.path(), shared.clone(), options()).await;
-    let mode = std::fs::metadata(&served.path).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(&served.path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600, "root-only socket");
     let mut client = served.client();
 
-    let list = client.list(pr::ListPodResourcesRequest {}).await.unwrap().into_inner();
+    let list = client
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     let names: Vec<&str> = list.pod_resources.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["name-a", "name-b", "name-c"]);
     let a = &list.pod_resources[0];
@@ -90,7 +101,11 @@ async fn list_get_allocatable_over_a_unix_socket() {
 
     // A stopped pod leaves the answers at once.
     support::remove(&mut shared.lock().unwrap(), "a");
-    let list = client.list(pr::ListPodResourcesRequest {}).await.unwrap().into_inner();
+    let list = client
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(list.pod_resources.len(), 2);
     served.stop().await;
 }
@@ -125,11 +140,17 @@ async fn rate_limit_answers_resource_exhausted() {
         let r = client.list(pr::ListPodResourcesRequest {}).await;
         codes.push(r.err().map(|s| (s.code(), s.message().to_string())));
     }
-    assert!(codes[..3].iter().all(Option::is_none), "burst of 3: {codes:?}");
+    assert!(
+        codes[..3].iter().all(Option::is_none),
+        "burst of 3: {codes:?}"
+    );
     for c in &codes[3..] {
         assert_eq!(
             c.as_ref(),
-            Some(&(Code::ResourceExhausted, "rejected by rate limit".to_string()))
+            Some(&(
+                Code::ResourceExhausted,
+                "rejected by rate limit".to_string()
+            ))
         );
     }
     // Every method shares the bucket.
@@ -185,23 +206,45 @@ async fn old_client_without_pod_level_fields_parses_every_answer() {
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(dir.path(), shared_with_pods(), options()).await;
     let mut new = served.client();
-    let want = new.list(pr::ListPodResourcesRequest {}).await.unwrap().into_inner();
-    assert!(want.pod_resources.iter().any(|p| !p.cpu_ids.is_empty() && !p.memory.is_empty()));
+    let want = new
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(want
+        .pod_resources
+        .iter()
+        .any(|p| !p.cpu_ids.is_empty() && !p.memory.is_empty()));
 
     let mut grpc = tonic::client::Grpc::new(unix_channel(&served.path));
     grpc.ready().await.unwrap();
     let path = http::uri::PathAndQuery::from_static("/v1.PodResourcesLister/List");
-    let codec = tonic_prost::ProstCodec::<old::ListPodResourcesRequest, old::ListPodResourcesResponse>::default();
+    let codec = tonic_prost::ProstCodec::<
+        old::ListPodResourcesRequest,
+        old::ListPodResourcesResponse,
+    >::default();
     let got = grpc
-        .unary(tonic::Request::new(old::ListPodResourcesRequest {}), path, codec)
+        .unary(
+            tonic::Request::new(old::ListPodResourcesRequest {}),
+            path,
+            codec,
+        )
         .await
         .unwrap()
         .into_inner();
     assert_eq!(got.pod_resources.len(), want.pod_resources.len());
     for (o, n) in got.pod_resources.iter().zip(&want.pod_resources) {
         assert_eq!((&o.name, &o.namespace), (&n.name, &n.namespace));
-        let old_c: Vec<(&str, &[i64])> = o.containers.iter().map(|c| (c.name.as_str(), &c.cpu_ids[..])).collect();
-        let new_c: Vec<(&str, &[i64])> = n.containers.iter().map(|c| (c.name.as_str(), &c.cpu_ids[..])).collect();
+        let old_c: Vec<(&str, &[i64])> = o
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), &c.cpu_ids[..]))
+            .collect();
+        let new_c: Vec<(&str, &[i64])> = n
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), &c.cpu_ids[..]))
+            .collect();
         assert_eq!(old_c, new_c);
     }
 
@@ -212,7 +255,11 @@ async fn old_client_without_pod_level_fields_parses_every_answer() {
         pod_name: "name-a".into(),
         pod_namespace: "ns".into(),
     };
-    let got = grpc.unary(tonic::Request::new(req), path, codec).await.unwrap().into_inner();
+    let got = grpc
+        .unary(tonic::Request::new(req), path, codec)
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(got.pod_resources.unwrap().containers.len(), 2);
     served.stop().await;
 }
@@ -230,10 +277,16 @@ fn check_consistent(list: &pr::ListPodResourcesResponse) -> Result<(), String> {
         for c in &p.containers {
             let slice = ids(&c.cpu_ids);
             if !slice.is_disjoint(&slices) {
-                return Err(format!("{}/{}: slice {slice} granted twice", p.name, c.name));
+                return Err(format!(
+                    "{}/{}: slice {slice} granted twice",
+                    p.name, c.name
+                ));
             }
             if !bubble.is_empty() && !slice.is_subset(&bubble) {
-                return Err(format!("{}/{}: slice {slice} outside bubble {bubble}", p.name, c.name));
+                return Err(format!(
+                    "{}/{}: slice {slice} outside bubble {bubble}",
+                    p.name, c.name
+                ));
             }
             slices = slices.union(&slice);
         }
@@ -243,7 +296,10 @@ fn check_consistent(list: &pr::ListPodResourcesResponse) -> Result<(), String> {
     for p in list.pod_resources.iter().filter(|p| p.cpu_ids.is_empty()) {
         for c in &p.containers {
             if !ids(&c.cpu_ids).is_disjoint(&bubbles) {
-                return Err(format!("{}/{}: slice inside another pod's bubble", p.name, c.name));
+                return Err(format!(
+                    "{}/{}: slice inside another pod's bubble",
+                    p.name, c.name
+                ));
             }
         }
     }
@@ -297,7 +353,10 @@ async fn list_stays_consistent_during_admit_remove_churn() {
     }
     let admitted = churn.join().unwrap();
     assert!(admitted > 1000, "churn admitted only {admitted}");
-    assert!(lists > 10 && nonempty > 0, "lists {lists}, with bubbles {nonempty}");
+    assert!(
+        lists > 10 && nonempty > 0,
+        "lists {lists}, with bubbles {nonempty}"
+    );
     // After the churn the published answer is exactly what a fresh capture gives.
     let fresh = numa_shim::podresources::list_response(
         &placer.with_registry(numa_shim::podresources::Snapshot::capture),
@@ -313,7 +372,10 @@ async fn published_answer_follows_the_epoch() {
     let service = PodResourcesService::new(placer.clone(), &options());
     assert!(run(&mut placer.registry(), plrm_pod("a", 3)));
     let first = service.current_list();
-    assert!(Arc::ptr_eq(&first, &service.current_list()), "unchanged registry: same answer");
+    assert!(
+        Arc::ptr_eq(&first, &service.current_list()),
+        "unchanged registry: same answer"
+    );
     let _ = placer.registry().pods().len(); // a read does not invalidate
     assert!(Arc::ptr_eq(&first, &service.current_list()));
     assert!(run(&mut placer.registry(), plrm_pod("b", 2)));
@@ -345,11 +407,17 @@ fn check_consistent_can_fail() {
     };
     assert!(check_consistent(&outside).is_err());
     let stolen = pr::ListPodResourcesResponse {
-        pod_resources: vec![p("a", vec![0, 1], vec![]), p("b", vec![], vec![c("x", vec![1])])],
+        pod_resources: vec![
+            p("a", vec![0, 1], vec![]),
+            p("b", vec![], vec![c("x", vec![1])]),
+        ],
     };
     assert!(check_consistent(&stolen).is_err());
     let fine = pr::ListPodResourcesResponse {
-        pod_resources: vec![p("a", vec![0, 1], vec![c("x", vec![1])]), p("b", vec![], vec![c("y", vec![3])])],
+        pod_resources: vec![
+            p("a", vec![0, 1], vec![c("x", vec![1])]),
+            p("b", vec![], vec![c("y", vec![3])]),
+        ],
     };
     assert!(check_consistent(&fine).is_ok());
 }

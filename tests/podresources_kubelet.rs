@@ -146,7 +146,10 @@ async fn start_kubelet(path: &Path) -> Arc<FakeKubelet> {
 fn shared() -> Shared {
     let mut r = registry();
     assert!(run(&mut r, plrm_pod("a", 3)));
-    assert!(run(&mut r, pod("c", None, vec![app("web", burstable(500))])));
+    assert!(run(
+        &mut r,
+        pod("c", None, vec![app("web", burstable(500))])
+    ));
     Arc::new(Mutex::new(r))
 }
 
@@ -160,7 +163,11 @@ async fn devices_and_dynamic_resources_merged_cpus_and_memory_kept() {
     let served = Served::start(dir.path(), shared(), o).await;
     let mut client = served.client();
 
-    let list = client.list(pr::ListPodResourcesRequest {}).await.unwrap().into_inner();
+    let list = client
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     let names: Vec<&str> = list.pod_resources.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["name-a", "name-c"], "only pods numa-shim knows");
     let a = &list.pod_resources[0];
@@ -218,7 +225,11 @@ async fn unreachable_kubelet_answers_without_devices_quickly() {
     let mut client = served.client();
     let started = Instant::now();
     for _ in 0..3 {
-        let list = client.list(pr::ListPodResourcesRequest {}).await.unwrap().into_inner();
+        let list = client
+            .list(pr::ListPodResourcesRequest {})
+            .await
+            .unwrap()
+            .into_inner();
         assert_eq!(list.pod_resources.len(), 2);
         assert!(list
             .pod_resources
@@ -233,6 +244,10 @@ async fn unreachable_kubelet_answers_without_devices_quickly() {
         .unwrap()
         .into_inner();
     assert!(alloc.devices.is_empty() && !alloc.cpu_ids.is_empty());
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     served.stop().await;
 }

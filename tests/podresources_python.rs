@@ -47,7 +47,10 @@ fn numbers(v: &Value) -> Vec<i64> {
 async fn python_client_reads_what_numa_shim_serves() {
     let mut r = registry();
     assert!(run(&mut r, plrm_pod("a", 3)));
-    assert!(run(&mut r, pod("c", None, vec![app("web", burstable(500))])));
+    assert!(run(
+        &mut r,
+        pod("c", None, vec![app("web", burstable(500))])
+    ));
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(dir.path(), Arc::new(Mutex::new(r)), options()).await;
     let want = served
@@ -76,8 +79,14 @@ async fn python_client_reads_what_numa_shim_serves() {
                 .iter()
                 .map(|n| n["ID"].as_i64().unwrap())
                 .collect();
-            let want_nodes: Vec<i64> =
-                wm.topology.as_ref().unwrap().nodes.iter().map(|n| n.id).collect();
+            let want_nodes: Vec<i64> = wm
+                .topology
+                .as_ref()
+                .unwrap()
+                .nodes
+                .iter()
+                .map(|n| n.id)
+                .collect();
             assert_eq!(nodes, want_nodes);
         }
         let containers = p["containers"].as_array().unwrap();
@@ -86,7 +95,11 @@ async fn python_client_reads_what_numa_shim_serves() {
             assert_eq!(numbers(&c["cpu_ids"]), wc.cpu_ids);
         }
     }
-    assert_eq!(numbers(&pods[0]["cpu_ids"]).len(), 3, "the bubble reached Python");
+    assert_eq!(
+        numbers(&pods[0]["cpu_ids"]).len(),
+        3,
+        "the bubble reached Python"
+    );
 
     let (code, got) = script(&served.path, &["get", "name-a", "ns"]).await;
     assert_eq!(code, 0);
@@ -95,7 +108,10 @@ async fn python_client_reads_what_numa_shim_serves() {
     let (code, err) = script(&served.path, &["get", "nope", "ns"]).await;
     assert_eq!(code, 2);
     assert_eq!(err["error"]["code"], "NOT_FOUND");
-    assert_eq!(err["error"]["message"], "pod nope in namespace ns not found");
+    assert_eq!(
+        err["error"]["message"],
+        "pod nope in namespace ns not found"
+    );
 
     let (code, alloc) = script(&served.path, &["allocatable"]).await;
     assert_eq!(code, 0);

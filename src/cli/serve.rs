@@ -71,12 +71,12 @@ pub struct Args {
     /// How often running containers' cpusets are checked against the kernel, e.g. 10s.
     #[arg(long)]
     pub drift_period: Option<String>,
-    /// Where to serve PodResources v1 [default: <state-dir>/pod-resources/kubelet.sock]; an
-    /// empty value turns it off.
+    /// Where to serve PodResources v1 [default: <state-dir>/pod-resources/kubelet.sock]; `none`
+    /// turns it off.
     #[arg(long)]
     pub pod_resources_socket: Option<PathBuf>,
     /// The kubelet's PodResources socket for devices and dynamic resources
-    /// [default: /var/lib/kubelet/pod-resources/kubelet.sock]; an empty value never asks.
+    /// [default: /var/lib/kubelet/pod-resources/kubelet.sock]; `none` never asks.
     #[arg(long)]
     pub kubelet_pod_resources_socket: Option<PathBuf>,
 }
@@ -300,7 +300,8 @@ pub fn settings(
     })
 }
 
-/// PodResources settings: socket under the state dir unless set, an empty path turns it off.
+/// PodResources settings: socket under the state dir unless set; `none` (or an empty path in
+/// the file) turns the server off, or the kubelet merge.
 fn pod_resources(
     args: &Args,
     file: &Config,
@@ -311,7 +312,7 @@ fn pod_resources(
         .clone()
         .or_else(|| file.pod_resources_socket.clone())
         .unwrap_or_else(|| state_dir.join("pod-resources/kubelet.sock"));
-    if socket.as_os_str().is_empty() {
+    if is_off(&socket) {
         return Ok(None);
     }
     let kubelet = args
@@ -320,11 +321,15 @@ fn pod_resources(
         .or_else(|| file.kubelet_pod_resources_socket.clone())
         .unwrap_or_else(|| PathBuf::from(podresources::DEFAULT_KUBELET_SOCKET));
     let mut options = podresources::Options::new(socket);
-    options.kubelet_socket = (!kubelet.as_os_str().is_empty()).then_some(kubelet);
+    options.kubelet_socket = (!is_off(&kubelet)).then_some(kubelet);
     options.qps = file.pod_resources_qps.unwrap_or(options.qps);
     options.burst = file.pod_resources_burst.unwrap_or(options.burst);
     options.validate()?;
     Ok(Some(options))
+}
+
+fn is_off(path: &Path) -> bool {
+    path.as_os_str().is_empty() || path == Path::new("none")
 }
 
 fn spec_source(args: &Args, file: &Config, root: &Path) -> SpecSource {
@@ -420,7 +425,10 @@ mod tests {
             s.pod_resources.unwrap().socket,
             PathBuf::from("/tmp/st/pod-resources/kubelet.sock")
         );
-        a.pod_resources_socket = Some(PathBuf::new());
+        a.kubelet_pod_resources_socket = Some("none".into());
+        let pr = settings(&a, &file, root).unwrap().pod_resources.unwrap();
+        assert_eq!(pr.kubelet_socket, None);
+        a.pod_resources_socket = Some("none".into());
         assert!(settings(&a, &file, root).unwrap().pod_resources.is_none());
         a.pod_resources_socket = Some(podresources::DEFAULT_KUBELET_SOCKET.into());
         let err = settings(&a, &file, root).unwrap_err();

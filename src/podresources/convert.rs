@@ -61,10 +61,7 @@ pub fn list_response(snapshot: &Snapshot) -> pr::ListPodResourcesResponse {
 }
 
 /// `GetAllocatableResources` without the kubelet's devices.
-pub fn allocatable_response(
-    cpus: &CpuSet,
-    blocks: &[Block],
-) -> pr::AllocatableResourcesResponse {
+pub fn allocatable_response(cpus: &CpuSet, blocks: &[Block]) -> pr::AllocatableResourcesResponse {
     pr::AllocatableResourcesResponse {
         devices: Vec::new(),
         cpu_ids: cpu_ids(cpus),

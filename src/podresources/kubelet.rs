@@ -89,7 +89,10 @@ impl KubeletSource {
                 Some(response.into_inner())
             }
             Ok(Err(status)) => {
-                self.unreachable(method, &format!("{:?}: {}", status.code(), status.message()));
+                self.unreachable(
+                    method,
+                    &format!("{:?}: {}", status.code(), status.message()),
+                );
                 None
             }
             Err(_) => {

@@ -64,8 +64,14 @@ mod tests {
         let limiter = RateLimiter::starting_at(100, 10, t0);
         let granted = (0..25).filter(|_| limiter.allow_at(t0)).count();
         assert_eq!(granted, 10, "the burst");
-        assert!(!limiter.allow_at(t0 + Duration::from_millis(5)), "half a token");
-        assert!(limiter.allow_at(t0 + Duration::from_millis(10)), "one token per 10ms");
+        assert!(
+            !limiter.allow_at(t0 + Duration::from_millis(5)),
+            "half a token"
+        );
+        assert!(
+            limiter.allow_at(t0 + Duration::from_millis(10)),
+            "one token per 10ms"
+        );
         assert!(!limiter.allow_at(t0 + Duration::from_millis(10)));
         // A long pause refills only up to the burst.
         let later = t0 + Duration::from_secs(60);

@@ -105,9 +105,9 @@ impl<S: RegistrySource> PodResourcesLister for PodResourcesService<S> {
         _request: Request<pr::AllocatableResourcesRequest>,
     ) -> Result<Response<pr::AllocatableResourcesResponse>, Status> {
         self.admit("GetAllocatableResources")?;
-        let (cpus, blocks) = self.source.with_registry(|r| {
-            (r.node().allocatable_cpus(), r.node().allocatable_memory())
-        });
+        let (cpus, blocks) = self
+            .source
+            .with_registry(|r| (r.node().allocatable_cpus(), r.node().allocatable_memory()));
         let mut response = allocatable_response(&cpus, &blocks);
         if let Some(kubelet) = &self.kubelet {
             if let Some(theirs) = kubelet.allocatable().await {

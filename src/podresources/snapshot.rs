@@ -83,7 +83,9 @@ impl RegistrySource for Placer {
 
 impl RegistrySource for Mutex<Registry> {
     fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
-        let guard = self.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let guard = self
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&guard)
     }
 }

@@ -9,11 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use numa_shim::cpuset::CpuSet;
-use numa_shim::lifecycle::runtime::unix_channel;
 use numa_shim::knowledge::Knowledge;
+use numa_shim::lifecycle::runtime::unix_channel;
 use numa_shim::lifecycle::{Placer, Registry, Source, Store};
-use numa_shim::state::Checkpoint;
-use numa_shim::telemetry::Metrics;
 use numa_shim::placement::config::{
     Config, CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
 };
@@ -21,6 +19,8 @@ use numa_shim::placement::node::Node;
 use numa_shim::placement::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
 use numa_shim::podresources::{self, Options, PodResourcesService};
 use numa_shim::proto::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
+use numa_shim::state::Checkpoint;
+use numa_shim::telemetry::Metrics;
 use numa_shim::topology::SyntheticSpec;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -119,7 +119,10 @@ fn pod_scope_bubble_and_exclusive_slice() {
     let mut r = registry(TopologyScope::Pod);
     run(&mut r, plrm_pod("a"));
     let res = only(&Snapshot::capture(&r));
-    assert_eq!((res.namespace.as_str(), res.name.as_str()), ("ns", "name-a"));
+    assert_eq!(
+        (res.namespace.as_str(), res.name.as_str()),
+        ("ns", "name-a")
+    );
     let bubble = ids(&res.cpu_ids);
     assert_eq!(bubble.len(), 3, "pod cpu_ids are the whole budget");
     let names: Vec<&str> = res.containers.iter().map(|c| c.name.as_str()).collect();
@@ -127,7 +130,10 @@ fn pod_scope_bubble_and_exclusive_slice() {
     let excl = ids(&res.containers[0].cpu_ids);
     assert_eq!(excl.len(), 2, "exclusive container reports its slice");
     assert!(excl.is_subset(&bubble));
-    assert!(res.containers[1].cpu_ids.is_empty(), "pool container: no cpu_ids");
+    assert!(
+        res.containers[1].cpu_ids.is_empty(),
+        "pool container: no cpu_ids"
+    );
     // The slice is what numa-shim applied to the container.
     let applied = &r.applied("a-excl").unwrap().cpus;
     assert_eq!(&excl, applied);
@@ -135,10 +141,20 @@ fn pod_scope_bubble_and_exclusive_slice() {
     assert_eq!(res.memory.len(), 1, "{:?}", res.memory);
     let m = &res.memory[0];
     assert_eq!((m.memory_type.as_str(), m.size), ("memory", 3 * GI));
-    let nodes: Vec<i64> = m.topology.as_ref().unwrap().nodes.iter().map(|n| n.id).collect();
+    let nodes: Vec<i64> = m
+        .topology
+        .as_ref()
+        .unwrap()
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .collect();
     assert_eq!(nodes.len(), 1);
     let numa_cpus = r.node().topology().cpus_in_numa(nodes[0] as u32);
-    assert!(bubble.is_subset(&numa_cpus), "bubble {bubble} on node {nodes:?}");
+    assert!(
+        bubble.is_subset(&numa_cpus),
+        "bubble {bubble} on node {nodes:?}"
+    );
 }
 
 #[test]
@@ -162,7 +178,10 @@ fn container_scope_has_no_pod_level_fields() {
     // Container memory blocks with their NUMA node.
     let mem = &res.containers[0].memory;
     assert_eq!(mem.len(), 1);
-    assert_eq!((mem[0].memory_type.as_str(), mem[0].size), ("memory", 2 * GI));
+    assert_eq!(
+        (mem[0].memory_type.as_str(), mem[0].size),
+        ("memory", 2 * GI)
+    );
     assert_eq!(mem[0].topology.as_ref().unwrap().nodes.len(), 1);
 }
 
@@ -176,16 +195,27 @@ fn burstable_pods_report_no_cpus_and_stopped_pods_vanish() {
         },
         ..Default::default()
     };
-    run(&mut r, pod("b", None, vec![container("app", ContainerRole::App, burst)]));
+    run(
+        &mut r,
+        pod("b", None, vec![container("app", ContainerRole::App, burst)]),
+    );
     run(&mut r, plrm_pod("a"));
     let snapshot = Snapshot::capture(&r);
     let list = list_response(&snapshot);
     assert_eq!(list.pod_resources.len(), 2);
-    let b = list.pod_resources.iter().find(|p| p.name == "name-b").unwrap();
+    let b = list
+        .pod_resources
+        .iter()
+        .find(|p| p.name == "name-b")
+        .unwrap();
     assert!(b.cpu_ids.is_empty() && b.containers[0].cpu_ids.is_empty());
     assert!(b.containers[0].memory.is_empty());
     r.stop_sandbox("sb-a");
-    let names: Vec<String> = Snapshot::capture(&r).pods.into_iter().map(|p| p.name).collect();
+    let names: Vec<String> = Snapshot::capture(&r)
+        .pods
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
     assert_eq!(names, ["name-b"]);
 }
 
@@ -235,7 +265,14 @@ fn memory_and_cpu_mapping_helpers() {
     let m = memory(&blocks);
     assert_eq!(m[0].memory_type, "hugepages-2Mi");
     assert_eq!(m[0].size, 4 << 20);
-    let nodes: Vec<i64> = m[0].topology.as_ref().unwrap().nodes.iter().map(|n| n.id).collect();
+    let nodes: Vec<i64> = m[0]
+        .topology
+        .as_ref()
+        .unwrap()
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .collect();
     assert_eq!(nodes, [0, 1]);
     assert_eq!(m[1].size, 7);
     assert_eq!(cpu_ids(&CpuSet::parse("5,1-2").unwrap()), [1, 2, 5]);
