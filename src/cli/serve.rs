@@ -430,6 +430,7 @@ mod tests {
         assert_eq!(pr.kubelet_socket, None);
         a.pod_resources_socket = Some("none".into());
         assert!(settings(&a, &file, root).unwrap().pod_resources.is_none());
+        a.kubelet_pod_resources_socket = None;
         a.pod_resources_socket = Some(podresources::DEFAULT_KUBELET_SOCKET.into());
         let err = settings(&a, &file, root).unwrap_err();
         assert!(err.to_string().contains("kubelet's own socket"), "{err}");
