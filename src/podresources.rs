@@ -23,7 +23,7 @@ pub use kubelet::{merge_allocatable, merge_list, merge_pod, KubeletSource, WARN_
 pub use limit::RateLimiter;
 pub use server::{not_found, serve, PodResourcesService, MAX_MESSAGE};
 pub use snapshot::{ContainerEntry, PodEntry, RegistrySource, Snapshot};
-pub use socket::bind;
+pub use socket::{bind, remove_if_same, socket_inode};
 
 /// Where numa-shim serves PodResources when nothing else is configured: under its state directory.
 pub const DEFAULT_SOCKET: &str = "/var/lib/numa-shim/pod-resources/kubelet.sock";

@@ -121,7 +121,13 @@ async fn stale_socket_replaced_live_socket_refused() {
     let err = podresources::bind(&path, 0o600).await.unwrap_err();
     assert!(err.to_string().contains("another server"), "{err}");
     drop(live);
-    std::fs::remove_file(&path).unwrap();
+    let inode = podresources::socket_inode(&path).unwrap();
+    assert!(
+        !podresources::remove_if_same(&path, inode + 1),
+        "another inode is left alone"
+    );
+    assert!(podresources::remove_if_same(&path, inode));
+    assert!(!path.exists());
     std::fs::write(&path, b"not a socket").unwrap();
     let err = podresources::bind(&path, 0o600).await.unwrap_err();
     assert!(err.to_string().contains("not a socket"), "{err}");

@@ -158,7 +158,7 @@ async fn serve_answers_pod_resources_for_pods_placed_through_the_relay() {
             .add_service(RuntimeServiceServer::new(Fake))
             .serve_with_incoming(UnixListenerStream::new(listener)),
     );
-    let _serve = start_serve(dir.path(), &runtime_path);
+    let serve = start_serve(dir.path(), &runtime_path);
     let pr_path = dir.path().join("pod-resources/kubelet.sock");
     wait_for(&pr_path).await;
     wait_for(&dir.path().join("cri.sock")).await;
@@ -258,4 +258,19 @@ async fn serve_answers_pod_resources_for_pods_placed_through_the_relay() {
         .unwrap()
         .into_inner();
     assert!(list.pod_resources.is_empty(), "{list:?}");
+
+    // SIGTERM: the socket numa-shim created goes away with it.
+    let status = Command::new("kill")
+        .args(["-TERM", &serve.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    while pr_path.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "socket left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

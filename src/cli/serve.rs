@@ -175,10 +175,15 @@ async fn start_pod_resources(
     stop: watch::Receiver<bool>,
 ) -> Result<(), super::CliError> {
     let listener = podresources::bind(&options.socket, options.mode).await?;
+    let inode = podresources::socket_inode(&options.socket);
+    let path = options.socket.clone();
     let service = podresources::PodResourcesService::new(placer, options);
     tokio::spawn(async move {
         if let Err(e) = podresources::serve(listener, service, stopped(stop)).await {
             warn!(error = %e, "pod-resources server stopped");
+        }
+        if let Some(inode) = inode {
+            podresources::remove_if_same(&path, inode);
         }
     });
     Ok(())

@@ -3,7 +3,7 @@
 //! renamed into place).
 
 use std::io::ErrorKind;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
@@ -52,6 +52,17 @@ pub async fn bind(path: &Path, mode: u32) -> Result<UnixListener, PodResourcesEr
     }
     info!(socket = %path.display(), mode = format!("{mode:o}"), "pod-resources listening");
     Ok(listener)
+}
+
+/// The inode of the socket at `path` (to remove it later only if it is still this one).
+pub fn socket_inode(path: &Path) -> Option<u64> {
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
+}
+
+/// Removes the socket at `path` if it is still the inode `inode` (not replaced by a newer
+/// process); returns whether it did.
+pub fn remove_if_same(path: &Path, inode: u64) -> bool {
+    socket_inode(path) == Some(inode) && std::fs::remove_file(path).is_ok()
 }
 
 fn temp_name(path: &Path) -> PathBuf {
