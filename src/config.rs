@@ -42,8 +42,15 @@ pub struct Config {
     pub pod_knowledge: Option<PodKnowledge>,
     /// The kubelet Pods API socket (default /var/lib/kubelet/pods-api/pods-api.sock).
     pub pods_api_socket: Option<PathBuf>,
-    /// Where numa-shim serves PodResources v1.
+    /// Where numa-shim serves PodResources v1 (default `<stateDir>/pod-resources/kubelet.sock`;
+    /// `none` or an empty path turns the server off).
     pub pod_resources_socket: Option<PathBuf>,
+    /// The kubelet's own PodResources socket, asked for devices and dynamic resources (default
+    /// /var/lib/kubelet/pod-resources/kubelet.sock; `none` or an empty path never asks).
+    pub kubelet_pod_resources_socket: Option<PathBuf>,
+    /// PodResources rate limit: requests per second (default 100) and burst (default 10).
+    pub pod_resources_qps: Option<u32>,
+    pub pod_resources_burst: Option<u32>,
     /// Address of /metrics, /healthz, /readyz and /placement (off when unset).
     pub metrics_address: Option<String>,
     /// How often running containers' cpusets are checked against the kernel (`"10s"`).
@@ -80,6 +87,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "podKnowledge",
     "podsApiSocket",
     "podResourcesSocket",
+    "kubeletPodResourcesSocket",
+    "podResourcesQps",
+    "podResourcesBurst",
     "metricsAddress",
     "driftPeriod",
     "kubeletConfig",

@@ -13,6 +13,7 @@ pub mod k8s;
 pub mod knowledge;
 pub mod lifecycle;
 pub mod placement;
+pub mod podresources;
 pub mod proto;
 pub mod quantity;
 pub mod relay;

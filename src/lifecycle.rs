@@ -13,7 +13,7 @@ pub mod runtime;
 pub mod start;
 pub mod store;
 
-pub use hook::{PlacementHook, Placer};
+pub use hook::{PlacementHook, Placer, RegistryGuard};
 pub use registry::{Adoption, ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
 pub use start::{start, Options, SpecSource, StartError, Started};
 pub use store::Store;

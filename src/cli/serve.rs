@@ -16,6 +16,7 @@ use crate::k8s::kubelet_config::KubeletConfiguration;
 use crate::lifecycle::Placer;
 use crate::lifecycle::{self, pool::PoolSettings, SpecSource};
 use crate::placement::config::{CpuPolicy, MemoryPolicy};
+use crate::podresources;
 use crate::relay::{self, Hook, RelayBuilder, SocketOptions};
 use crate::telemetry::{self, Metrics, Readiness};
 use crate::topology::Topology;
@@ -76,6 +77,14 @@ pub struct Args {
     /// How often running containers' cpusets are checked against the kernel, e.g. 10s.
     #[arg(long)]
     pub drift_period: Option<String>,
+    /// Where to serve PodResources v1 [default: <state-dir>/pod-resources/kubelet.sock]; `none`
+    /// turns it off.
+    #[arg(long)]
+    pub pod_resources_socket: Option<PathBuf>,
+    /// The kubelet's PodResources socket for devices and dynamic resources
+    /// [default: /var/lib/kubelet/pod-resources/kubelet.sock]; `none` never asks.
+    #[arg(long)]
+    pub kubelet_pod_resources_socket: Option<PathBuf>,
 }
 
 /// Everything `serve` needs, after merging flags, file and defaults.
@@ -92,6 +101,8 @@ pub struct Settings {
     pub metrics_address: Option<SocketAddr>,
     pub drift_period: Duration,
     pub kubelet: KubeletConfiguration,
+    /// The PodResources server; `None` when turned off.
+    pub pod_resources: Option<podresources::Options>,
 }
 
 /// Runs the command.
@@ -149,6 +160,9 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
         Some(options) => {
             let started = lifecycle::start(options, settings.runtime.clone(), metrics).await?;
             let _ = slot.set(started.placer.clone());
+            if let Some(options) = &settings.pod_resources {
+                start_pod_resources(options, started.placer.clone(), stop_rx.clone()).await?;
+            }
             run_relay(builder.hook(started.hook.clone()), &readiness, stop_rx).await?;
             started.stop();
         }
@@ -174,6 +188,27 @@ async fn run_relay<H: Hook>(
     );
     readiness.mark_ready();
     relay.serve_with_shutdown(stopped(stop)).await;
+    Ok(())
+}
+
+/// Binds the PodResources socket and serves it in the background until `stop`.
+async fn start_pod_resources(
+    options: &podresources::Options,
+    placer: Arc<lifecycle::Placer>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), super::CliError> {
+    let listener = podresources::bind(&options.socket, options.mode).await?;
+    let inode = podresources::socket_inode(&options.socket);
+    let path = options.socket.clone();
+    let service = podresources::PodResourcesService::new(placer, options);
+    tokio::spawn(async move {
+        if let Err(e) = podresources::serve(listener, service, stopped(stop)).await {
+            warn!(error = %e, "pod-resources server stopped");
+        }
+        if let Some(inode) = inode {
+            podresources::remove_if_same(&path, inode);
+        }
+    });
     Ok(())
 }
 
@@ -227,6 +262,12 @@ pub fn settings(
         Some(text) => config::parse_mode(text)?,
         None => SocketOptions::default().mode,
     };
+    let state_dir = args
+        .state_dir
+        .clone()
+        .or_else(|| file.state_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let pod_resources = pod_resources(args, file, &state_dir)?;
     let shutdown_grace = match args
         .shutdown_grace
         .as_deref()
@@ -248,11 +289,7 @@ pub fn settings(
             .or(file.log_format)
             .or(file.logging.as_ref().and_then(|l| l.format))
             .unwrap_or_default(),
-        state_dir: args
-            .state_dir
-            .clone()
-            .or_else(|| file.state_dir.clone())
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+        state_dir,
         topology: args
             .topology
             .clone()
@@ -291,7 +328,40 @@ pub fn settings(
             }
             None => file.kubelet.clone(),
         },
+        pod_resources,
     })
+}
+
+/// PodResources settings: socket under the state dir unless set; `none` (or an empty path in
+/// the file) turns the server off, or the kubelet merge.
+fn pod_resources(
+    args: &Args,
+    file: &Config,
+    state_dir: &Path,
+) -> Result<Option<podresources::Options>, super::CliError> {
+    let socket = args
+        .pod_resources_socket
+        .clone()
+        .or_else(|| file.pod_resources_socket.clone())
+        .unwrap_or_else(|| state_dir.join("pod-resources/kubelet.sock"));
+    if is_off(&socket) {
+        return Ok(None);
+    }
+    let kubelet = args
+        .kubelet_pod_resources_socket
+        .clone()
+        .or_else(|| file.kubelet_pod_resources_socket.clone())
+        .unwrap_or_else(|| PathBuf::from(podresources::DEFAULT_KUBELET_SOCKET));
+    let mut options = podresources::Options::new(socket);
+    options.kubelet_socket = (!is_off(&kubelet)).then_some(kubelet);
+    options.qps = file.pod_resources_qps.unwrap_or(options.qps);
+    options.burst = file.pod_resources_burst.unwrap_or(options.burst);
+    options.validate()?;
+    Ok(Some(options))
+}
+
+fn is_off(path: &Path) -> bool {
+    path.as_os_str().is_empty() || path == Path::new("none")
 }
 
 fn spec_source(args: &Args, file: &Config, root: &Path) -> SpecSource {
@@ -363,5 +433,38 @@ mod tests {
         assert_eq!(s.listen, PathBuf::from("/run/numa-shim/cri.sock"));
         assert_eq!(s.socket, SocketOptions::default());
         assert_eq!(s.shutdown_grace, relay::DEFAULT_SHUTDOWN_GRACE);
+    }
+
+    #[test]
+    fn pod_resources_socket_defaults_under_state_dir_and_can_be_off() {
+        let file = Config {
+            runtime: Some("unix:///rt.sock".into()),
+            ..Config::default()
+        };
+        let root = std::path::Path::new("/nonexistent");
+        let s = settings(&args(), &file, root).unwrap();
+        let pr = s.pod_resources.unwrap();
+        assert_eq!(pr.socket, PathBuf::from(podresources::DEFAULT_SOCKET));
+        assert_eq!(pr.mode, 0o600);
+        assert_eq!(
+            pr.kubelet_socket,
+            Some(PathBuf::from(podresources::DEFAULT_KUBELET_SOCKET))
+        );
+        let mut a = args();
+        a.state_dir = Some("/tmp/st".into());
+        let s = settings(&a, &file, root).unwrap();
+        assert_eq!(
+            s.pod_resources.unwrap().socket,
+            PathBuf::from("/tmp/st/pod-resources/kubelet.sock")
+        );
+        a.kubelet_pod_resources_socket = Some("none".into());
+        let pr = settings(&a, &file, root).unwrap().pod_resources.unwrap();
+        assert_eq!(pr.kubelet_socket, None);
+        a.pod_resources_socket = Some("none".into());
+        assert!(settings(&a, &file, root).unwrap().pod_resources.is_none());
+        a.kubelet_pod_resources_socket = None;
+        a.pod_resources_socket = Some(podresources::DEFAULT_KUBELET_SOCKET.into());
+        let err = settings(&a, &file, root).unwrap_err();
+        assert!(err.to_string().contains("kubelet's own socket"), "{err}");
     }
 }

@@ -4,6 +4,8 @@
 //! then persists the checkpoint and wakes the pool updater. Nothing here waits on the runtime
 //! while holding a lock: the relay forwards between `before` and `after`.
 
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -36,6 +38,8 @@ pub const ISOLATION_ANNOTATION: &str = "numa-shim.io/isolation";
 #[derive(Debug)]
 pub struct Placer {
     registry: Mutex<Registry>,
+    /// Bumped on every mutable use of the registry (readers such as PodResources cache by it).
+    epoch: AtomicU64,
     store: Store,
     knowledge: Knowledge,
     pool_changed: Notify,
@@ -51,6 +55,7 @@ impl Placer {
     ) -> Self {
         Self {
             registry: Mutex::new(registry),
+            epoch: AtomicU64::new(0),
             store,
             knowledge,
             pool_changed: Notify::new(),
@@ -59,12 +64,23 @@ impl Placer {
     }
 
     /// The registry, for a short critical section. Never hold the guard across an `.await`.
-    pub fn registry(&self) -> MutexGuard<'_, Registry> {
+    pub fn registry(&self) -> RegistryGuard<'_> {
         // A panic while holding the lock cannot leave the registry half-changed (every
         // registry method is all-or-nothing), so a poisoned lock is still usable.
-        self.registry
+        let guard = self
+            .registry
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        RegistryGuard {
+            guard,
+            epoch: &self.epoch,
+        }
+    }
+
+    /// Changes whenever the registry may have changed: every mutable use bumps it (under the
+    /// lock), so an unchanged epoch means an unchanged registry.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -120,6 +136,28 @@ impl Placer {
     /// Waits until holdings change.
     pub async fn wait_pool_changed(&self) {
         self.pool_changed.notified().await;
+    }
+}
+
+/// The locked registry; any mutable use bumps the placer's epoch.
+#[derive(Debug)]
+pub struct RegistryGuard<'a> {
+    guard: MutexGuard<'a, Registry>,
+    epoch: &'a AtomicU64,
+}
+
+impl Deref for RegistryGuard<'_> {
+    type Target = Registry;
+
+    fn deref(&self) -> &Registry {
+        &self.guard
+    }
+}
+
+impl DerefMut for RegistryGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Registry {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        &mut self.guard
     }
 }
 

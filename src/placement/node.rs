@@ -292,6 +292,12 @@ impl Node {
         Some(placement::container_placement(self, &record.spec, c, hint))
     }
 
+    /// The pod-level CPU bubble (PLRM pod scope), if the pod has one. Cheaper than
+    /// [`Node::placement`] when only the bubble is needed (PodResources).
+    pub fn pod_cpus(&self, pod_uid: &str) -> Option<CpuSet> {
+        self.cpu.pod_cpus(pod_uid)
+    }
+
     /// The node shared pool (kubelet's default CPU set).
     pub fn shared_cpus(&self) -> CpuSet {
         self.cpu.shared()

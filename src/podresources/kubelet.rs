@@ -1,0 +1,173 @@
+//! The kubelet's own PodResources socket, asked for what numa-shim does not know: devices and
+//! dynamic resources. numa-shim stays authoritative for CPUs and memory; only those two fields
+//! are taken from the kubelet. When the kubelet does not answer, answers go out without them and
+//! the failure is logged at most once per [`WARN_EVERY`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+use tracing::{info, warn};
+
+use super::server::MAX_MESSAGE;
+use crate::lifecycle::runtime::unix_channel;
+use crate::proto::podresources::v1 as pr;
+use pr::pod_resources_lister_client::PodResourcesListerClient;
+
+/// The shortest time between two warnings about an unreachable kubelet.
+pub const WARN_EVERY: Duration = Duration::from_secs(300);
+
+/// A lazily connected client to the kubelet's PodResources socket.
+#[derive(Debug)]
+pub struct KubeletSource {
+    path: PathBuf,
+    client: PodResourcesListerClient<Channel>,
+    timeout: Duration,
+    /// When the last warning was logged; `None` while the kubelet answers.
+    warned: Mutex<Option<Instant>>,
+}
+
+impl KubeletSource {
+    pub fn new(path: &Path, timeout: Duration) -> Self {
+        let client = PodResourcesListerClient::new(unix_channel(path))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        Self {
+            path: path.to_path_buf(),
+            client,
+            timeout,
+            warned: Mutex::new(None),
+        }
+    }
+
+    /// The kubelet's `List`, or `None` if it did not answer.
+    pub async fn list(&self) -> Option<pr::ListPodResourcesResponse> {
+        let mut client = self.client.clone();
+        let call = client.list(pr::ListPodResourcesRequest {});
+        self.outcome("List", tokio::time::timeout(self.timeout, call).await)
+    }
+
+    /// The kubelet's `Get` for one pod, or `None` (unknown there, or no answer).
+    pub async fn get(&self, namespace: &str, name: &str) -> Option<pr::PodResources> {
+        let mut client = self.client.clone();
+        let call = client.get(pr::GetPodResourcesRequest {
+            pod_name: name.to_string(),
+            pod_namespace: namespace.to_string(),
+        });
+        let result = tokio::time::timeout(self.timeout, call).await;
+        // An unknown pod is an answer, not an unreachable kubelet.
+        if let Ok(Err(status)) = &result {
+            if status.message().contains("not found") {
+                self.reachable();
+                return None;
+            }
+        }
+        self.outcome("Get", result)
+            .and_then(|r: pr::GetPodResourcesResponse| r.pod_resources)
+    }
+
+    /// The kubelet's `GetAllocatableResources`, or `None`.
+    pub async fn allocatable(&self) -> Option<pr::AllocatableResourcesResponse> {
+        let mut client = self.client.clone();
+        let call = client.get_allocatable_resources(pr::AllocatableResourcesRequest {});
+        self.outcome(
+            "GetAllocatableResources",
+            tokio::time::timeout(self.timeout, call).await,
+        )
+    }
+
+    fn outcome<T>(
+        &self,
+        method: &'static str,
+        result: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
+    ) -> Option<T> {
+        match result {
+            Ok(Ok(response)) => {
+                self.reachable();
+                Some(response.into_inner())
+            }
+            Ok(Err(status)) => {
+                self.unreachable(
+                    method,
+                    &format!("{:?}: {}", status.code(), status.message()),
+                );
+                None
+            }
+            Err(_) => {
+                self.unreachable(method, &format!("no answer within {:?}", self.timeout));
+                None
+            }
+        }
+    }
+
+    fn reachable(&self) {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if warned.take().is_some() {
+            info!(socket = %self.path.display(), "kubelet pod-resources answering again");
+        }
+    }
+
+    fn unreachable(&self, method: &'static str, reason: &str) {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if warned.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
+            warn!(socket = %self.path.display(), method, reason, "kubelet pod-resources not answering; serving without devices and dynamic resources");
+            *warned = Some(now);
+        }
+    }
+}
+
+/// Devices and dynamic resources of one kubelet pod, by container name.
+type Extras<'a> = HashMap<&'a str, &'a pr::ContainerResources>;
+
+/// Copies the kubelet's devices and dynamic resources into `ours`, container by container (same
+/// name). Everything else in `ours` is kept.
+pub fn merge_pod(ours: &mut pr::PodResources, theirs: &pr::PodResources) {
+    let extras: Extras<'_> = theirs
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c))
+        .collect();
+    merge_containers(ours, &extras);
+}
+
+fn merge_containers(ours: &mut pr::PodResources, extras: &Extras<'_>) {
+    for c in &mut ours.containers {
+        if let Some(k) = extras.get(c.name.as_str()) {
+            c.devices.clone_from(&k.devices);
+            c.dynamic_resources.clone_from(&k.dynamic_resources);
+        }
+    }
+}
+
+/// Merges a kubelet `List` into numa-shim's, pod by pod (namespace and name).
+pub fn merge_list(ours: &mut pr::ListPodResourcesResponse, theirs: &pr::ListPodResourcesResponse) {
+    let by_pod: HashMap<(&str, &str), &pr::PodResources> = theirs
+        .pod_resources
+        .iter()
+        .filter(|p| p.containers.iter().any(has_extras))
+        .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+        .collect();
+    if by_pod.is_empty() {
+        return;
+    }
+    for pod in &mut ours.pod_resources {
+        if let Some(k) = by_pod.get(&(pod.namespace.as_str(), pod.name.as_str())) {
+            merge_pod(pod, k);
+        }
+    }
+}
+
+fn has_extras(c: &pr::ContainerResources) -> bool {
+    !c.devices.is_empty() || !c.dynamic_resources.is_empty()
+}
+
+/// Takes the kubelet's allocatable devices; CPUs and memory stay numa-shim's.
+pub fn merge_allocatable(
+    ours: &mut pr::AllocatableResourcesResponse,
+    theirs: &pr::AllocatableResourcesResponse,
+) {
+    ours.devices.clone_from(&theirs.devices);
+}

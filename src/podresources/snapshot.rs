@@ -1,0 +1,220 @@
+//! The immutable copy of what numa-shim applied that every answer is built from. Captured under
+//! the registry lock (pure copying, no allocation beyond the copy, no I/O); everything after
+//! runs without the lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use crate::cpuset::CpuSet;
+use crate::lifecycle::registry::{ContainerRecord, PodRecord, PLACEHOLDER};
+use crate::lifecycle::{Placer, Registry};
+use crate::placement::memory::Block;
+use crate::placement::node::Node;
+use crate::placement::ContainerRole;
+
+/// Everything PodResources answers with, as of one instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Active pods, by UID.
+    pub pods: Vec<PodEntry>,
+    /// `GetAllocatableResources` CPUs.
+    pub allocatable_cpus: CpuSet,
+    /// `GetAllocatableResources` memory: one single-node block per NUMA node and type.
+    pub allocatable_memory: Vec<Block>,
+}
+
+/// One pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEntry {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The pod-scope CPU bubble (PLRM); `None` in container scope or without a bubble.
+    pub cpus: Option<CpuSet>,
+    /// The pod-scope memory bubble blocks; empty without one.
+    pub memory: Vec<Block>,
+    /// Sidecars then app containers in spec order, then recorded containers the spec lacks.
+    pub containers: Vec<ContainerEntry>,
+}
+
+/// One container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerEntry {
+    pub name: String,
+    /// The exclusive slice; `None` for containers on a shared pool (pod or node).
+    pub exclusive_cpus: Option<CpuSet>,
+    /// The Memory Manager's blocks for the container.
+    pub memory: Vec<Block>,
+}
+
+/// Anything that can lend the registry for a short, synchronous look.
+pub trait RegistrySource: Send + Sync + 'static {
+    /// Runs `f` with the registry borrowed; `f` must only copy.
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R;
+
+    /// A counter that changes whenever the registry may have changed; `None` if unknown (then
+    /// every answer captures afresh).
+    fn epoch(&self) -> Option<u64> {
+        None
+    }
+
+    /// Captures a snapshot and the epoch it belongs to, both under the same lock.
+    fn capture(&self) -> (Option<u64>, Snapshot) {
+        (None, self.with_registry(Snapshot::capture))
+    }
+}
+
+impl RegistrySource for Placer {
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
+        f(&self.registry())
+    }
+
+    fn epoch(&self) -> Option<u64> {
+        Some(Placer::epoch(self))
+    }
+
+    fn capture(&self) -> (Option<u64>, Snapshot) {
+        let registry = self.registry();
+        // Read under the lock: no mutation can run between the epoch and the copy.
+        let epoch = Placer::epoch(self);
+        (Some(epoch), Snapshot::capture(&registry))
+    }
+}
+
+impl RegistrySource for Mutex<Registry> {
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
+        let guard = self
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&guard)
+    }
+}
+
+impl<T: RegistrySource> RegistrySource for std::sync::Arc<T> {
+    fn with_registry<R>(&self, f: impl FnOnce(&Registry) -> R) -> R {
+        (**self).with_registry(f)
+    }
+
+    fn epoch(&self) -> Option<u64> {
+        (**self).epoch()
+    }
+
+    fn capture(&self) -> (Option<u64>, Snapshot) {
+        (**self).capture()
+    }
+}
+
+impl Snapshot {
+    /// Copies every active pod and the allocatable resources out of the registry.
+    pub fn capture(registry: &Registry) -> Self {
+        let mut by_pod: BTreeMap<&str, Vec<&ContainerRecord>> = BTreeMap::new();
+        for record in registry.containers().values() {
+            by_pod.entry(&record.pod_uid).or_default().push(record);
+        }
+        let pods = registry
+            .pods()
+            .iter()
+            .filter(|(_, p)| p.active)
+            .map(|(uid, p)| {
+                let recorded = by_pod.get(uid.as_str()).map_or(&[][..], Vec::as_slice);
+                PodEntry::capture(registry, p, recorded)
+            })
+            .collect();
+        Self {
+            pods,
+            allocatable_cpus: registry.node().allocatable_cpus(),
+            allocatable_memory: registry.node().allocatable_memory(),
+        }
+    }
+
+    /// Copies the active pod `namespace`/`name`, if numa-shim knows it.
+    pub fn capture_pod(registry: &Registry, namespace: &str, name: &str) -> Option<PodEntry> {
+        let record = registry
+            .pods()
+            .values()
+            .find(|p| p.active && p.spec.namespace == namespace && p.spec.name == name)?;
+        let recorded: Vec<&ContainerRecord> = registry
+            .containers()
+            .values()
+            .filter(|c| c.pod_uid == record.spec.uid)
+            .collect();
+        Some(PodEntry::capture(registry, record, &recorded))
+    }
+}
+
+impl PodEntry {
+    /// `recorded`: the container records of this pod, in container-id order. Only direct
+    /// lookups (no placement computation) for containers numa-shim created: this runs under
+    /// the registry lock.
+    fn capture(registry: &Registry, record: &PodRecord, recorded: &[&ContainerRecord]) -> Self {
+        let spec = &record.spec;
+        let node = registry.node();
+        let memory = node.memory_manager();
+        let mut containers = Vec::new();
+        let mut listed = BTreeSet::new();
+        let listable = spec
+            .init_containers
+            .iter()
+            .filter(|c| c.role == ContainerRole::Sidecar)
+            .chain(&spec.containers)
+            .filter(|c| c.name != PLACEHOLDER);
+        for c in listable {
+            listed.insert(c.name.as_str());
+            let applied = recorded.iter().rev().find(|r| r.name == c.name).copied();
+            let blocks = memory.container_blocks(&spec.uid, &c.name);
+            containers.push(spec_container(node, &spec.uid, &c.name, applied, blocks));
+        }
+        // Regular init containers are not listed (kubelet), neither are they "extra".
+        let init: BTreeSet<&str> = spec
+            .init_containers
+            .iter()
+            .filter(|c| c.role == ContainerRole::Init)
+            .map(|c| c.name.as_str())
+            .collect();
+        for r in recorded {
+            if listed.contains(r.name.as_str()) || init.contains(r.name.as_str()) {
+                continue;
+            }
+            listed.insert(r.name.as_str());
+            containers.push(ContainerEntry {
+                name: r.name.clone(),
+                exclusive_cpus: r.exclusive.then(|| r.cpus.clone()),
+                memory: Vec::new(),
+            });
+        }
+        Self {
+            uid: spec.uid.clone(),
+            namespace: spec.namespace.clone(),
+            name: spec.name.clone(),
+            cpus: node.pod_cpus(&spec.uid),
+            memory: memory
+                .pod_blocks(&spec.uid)
+                .map(<[Block]>::to_vec)
+                .unwrap_or_default(),
+            containers,
+        }
+    }
+}
+
+/// A container of the spec: the cpuset numa-shim applied when it created the container, else
+/// (not created yet) the Node's placement; the Memory Manager's blocks.
+fn spec_container(
+    node: &Node,
+    pod_uid: &str,
+    name: &str,
+    applied: Option<&ContainerRecord>,
+    blocks: Option<&[Block]>,
+) -> ContainerEntry {
+    let exclusive_cpus = match applied {
+        Some(r) => r.exclusive.then(|| r.cpus.clone()),
+        None => node
+            .container(pod_uid, name)
+            .filter(|p| p.exclusive)
+            .map(|p| p.cpus),
+    };
+    ContainerEntry {
+        name: name.to_string(),
+        exclusive_cpus,
+        memory: blocks.map(<[Block]>::to_vec).unwrap_or_default(),
+    }
+}

@@ -1,0 +1,276 @@
+//! The real `numa-shim serve` binary, with placement on (static CPU policy, pod scope) in front of
+//! a minimal fake runtime, serves PodResources on `--pod-resources-socket`: a pod placed through
+//! the relay (inferred from CRI) shows up with its bubble, leaves after StopPodSandbox, and
+//! GetAllocatableResources gives all CPUs minus the reserved one.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cri::runtime_service_client::RuntimeServiceClient;
+use cri::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use numa_shim::lifecycle::runtime::unix_channel;
+use numa_shim::proto::cri::v1 as cri;
+use numa_shim::proto::podresources::v1 as pr;
+use numa_shim::topology::SyntheticSpec;
+use pr::pod_resources_lister_client::PodResourcesListerClient;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+/// Answers recovery with nothing running, creates sandboxes and containers, stops them.
+struct Fake;
+
+#[tonic::async_trait]
+impl RuntimeService for Fake {
+    async fn version(
+        &self,
+        _: Request<cri::VersionRequest>,
+    ) -> Result<Response<cri::VersionResponse>, Status> {
+        Ok(Response::new(cri::VersionResponse {
+            runtime_name: "fake".into(),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        _: Request<cri::ListPodSandboxRequest>,
+    ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
+        Ok(Response::new(cri::ListPodSandboxResponse::default()))
+    }
+
+    async fn list_containers(
+        &self,
+        _: Request<cri::ListContainersRequest>,
+    ) -> Result<Response<cri::ListContainersResponse>, Status> {
+        Ok(Response::new(cri::ListContainersResponse::default()))
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        request: Request<cri::RunPodSandboxRequest>,
+    ) -> Result<Response<cri::RunPodSandboxResponse>, Status> {
+        let name = request
+            .into_inner()
+            .config
+            .and_then(|c| c.metadata)
+            .map(|m| m.name);
+        Ok(Response::new(cri::RunPodSandboxResponse {
+            pod_sandbox_id: format!("sb-{}", name.unwrap_or_default()),
+        }))
+    }
+
+    async fn create_container(
+        &self,
+        request: Request<cri::CreateContainerRequest>,
+    ) -> Result<Response<cri::CreateContainerResponse>, Status> {
+        let name = request
+            .into_inner()
+            .config
+            .and_then(|c| c.metadata)
+            .map(|m| m.name);
+        Ok(Response::new(cri::CreateContainerResponse {
+            container_id: format!("ctr-{}", name.unwrap_or_default()),
+        }))
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        _: Request<cri::StopPodSandboxRequest>,
+    ) -> Result<Response<cri::StopPodSandboxResponse>, Status> {
+        Ok(Response::new(cri::StopPodSandboxResponse {}))
+    }
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_serve(dir: &Path, runtime: &Path) -> Serve {
+    let topology = dir.join("topology.json");
+    let machine = SyntheticSpec::new(2, 1, 4, 1, 1).build().unwrap();
+    std::fs::write(&topology, machine.to_json().unwrap()).unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n\
+         topologyManagerPolicy: best-effort\ntopologyManagerScope: pod\n",
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
+        .arg("serve")
+        .arg("--listen")
+        .arg(dir.join("cri.sock"))
+        .arg("--runtime")
+        .arg(runtime)
+        .arg("--config")
+        .arg(&config)
+        .arg("--topology")
+        .arg(&topology)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--pod-knowledge", "cri"])
+        .arg("--pod-resources-socket")
+        .arg(dir.join("pod-resources/kubelet.sock"))
+        .args(["--kubelet-pod-resources-socket", "none"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Serve(child)
+}
+
+async fn wait_for(path: &Path) {
+    let started = Instant::now();
+    while !path.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn resources(milli: i64, mem: i64) -> cri::LinuxContainerResources {
+    cri::LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: milli * 100,
+        cpu_shares: milli * 1024 / 1000,
+        memory_limit_in_bytes: mem,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_pod_resources_for_pods_placed_through_the_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime_path = dir.path().join("runtime.sock");
+    let listener = UnixListener::bind(&runtime_path).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RuntimeServiceServer::new(Fake))
+            .serve_with_incoming(UnixListenerStream::new(listener)),
+    );
+    let serve = start_serve(dir.path(), &runtime_path);
+    let pr_path = dir.path().join("pod-resources/kubelet.sock");
+    wait_for(&pr_path).await;
+    wait_for(&dir.path().join("cri.sock")).await;
+    let mut podres = PodResourcesListerClient::new(unix_channel(&pr_path));
+    let mut relay = RuntimeServiceClient::new(unix_channel(&dir.path().join("cri.sock")));
+
+    let alloc = podres
+        .get_allocatable_resources(pr::AllocatableResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        alloc.cpu_ids,
+        (1..8).collect::<Vec<i64>>(),
+        "all CPUs minus reserved 0"
+    );
+    assert!(podres
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_resources
+        .is_empty());
+
+    let sandbox_config = cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: "web".into(),
+            uid: "uid-web".into(),
+            namespace: "shop".into(),
+            attempt: 0,
+        }),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            resources: Some(resources(2000, 2 << 30)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sandbox = relay
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(sandbox_config.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    relay
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox.clone(),
+            config: Some(cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: "app".into(),
+                    attempt: 0,
+                }),
+                linux: Some(cri::LinuxContainerConfig {
+                    resources: Some(resources(2000, 2 << 30)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(sandbox_config),
+        })
+        .await
+        .unwrap();
+
+    let list = podres
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.pod_resources.len(), 1, "{list:?}");
+    let pod = &list.pod_resources[0];
+    assert_eq!((pod.namespace.as_str(), pod.name.as_str()), ("shop", "web"));
+    assert_eq!(pod.cpu_ids.len(), 2, "the pod bubble: {pod:?}");
+    assert!(!pod.cpu_ids.contains(&0), "never the reserved CPU");
+    let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["app"], "the placeholder is not listed");
+    let got = podres
+        .get(pr::GetPodResourcesRequest {
+            pod_name: "web".into(),
+            pod_namespace: "shop".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.pod_resources.as_ref(), Some(pod));
+
+    relay
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: sandbox,
+        })
+        .await
+        .unwrap();
+    let list = podres
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.pod_resources.is_empty(), "{list:?}");
+
+    // SIGTERM: the socket numa-shim created goes away with it.
+    let status = Command::new("kill")
+        .args(["-TERM", &serve.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    while pr_path.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "socket left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
