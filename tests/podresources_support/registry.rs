@@ -140,6 +140,7 @@ pub fn run(registry: &mut Registry, spec: PodSpec) -> bool {
     for name in names {
         let d = registry
             .decide_container(&sandbox, &name, |_| unreachable!())
+            .unwrap()
             .unwrap();
         registry.commit_container(&format!("{uid}-{name}"), &sandbox, &name, &d);
     }

@@ -85,6 +85,7 @@ fn run(registry: &mut Registry, spec: PodSpec) {
     for name in names {
         let d = registry
             .decide_container(&sandbox, &name, |_| unreachable!())
+            .unwrap()
             .unwrap();
         registry.commit_container(&format!("{uid}-{name}"), &sandbox, &name, &d);
     }

@@ -18,6 +18,7 @@ fn base() -> Settings {
         spec_source: SpecSource::CriOnly,
         metrics_address: Some("127.0.0.1:9464".parse().unwrap()),
         drift_period: Duration::from_secs(10),
+        pod_resources: None,
         kubelet: KubeletConfiguration {
             cpu_manager_policy: Some("static".into()),
             reserved_system_cpus: Some("0".into()),
