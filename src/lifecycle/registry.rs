@@ -188,14 +188,49 @@ impl Registry {
         let placement = self.node.container(&uid, name);
         Some(match placement {
             Some(p) => decision(&p),
-            // Not in the spec (e.g. an ephemeral container): the node shared pool.
-            None => ContainerDecision {
+            None => self.unlisted(&uid),
+        })
+    }
+
+    /// Where a container the pod's spec does not list runs: an inferred container the pod could
+    /// not be extended with, in its pod's shared pool; anything else (e.g. an ephemeral
+    /// container) in the node shared pool.
+    fn unlisted(&self, uid: &str) -> ContainerDecision {
+        let inferred = self
+            .pods
+            .get(uid)
+            .is_some_and(|p| p.source == Source::Inferred);
+        inferred
+            .then(|| self.pod_pool(uid))
+            .flatten()
+            .unwrap_or_else(|| ContainerDecision {
                 cpus: self.node.shared_cpus(),
                 mems: None,
                 cpu_quota: None,
                 exclusive: false,
                 isolation: Isolation::Host,
-            },
+            })
+    }
+
+    /// The pod's shared pool (its bubble without the exclusive slices), if it has a bubble
+    /// and something is left of it.
+    fn pod_pool(&self, uid: &str) -> Option<ContainerDecision> {
+        let placement = self.node.placement(uid)?;
+        let slices = placement
+            .containers
+            .iter()
+            .filter(|c| c.exclusive)
+            .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
+        let cpus = placement.cpus?.difference(&slices);
+        if cpus.is_empty() {
+            return None;
+        }
+        Some(ContainerDecision {
+            cpus,
+            mems: placement.containers.first().and_then(|c| c.cpuset_mems()),
+            cpu_quota: None,
+            exclusive: false,
+            isolation: Isolation::Pod,
         })
     }
 
@@ -293,7 +328,7 @@ impl Registry {
         Some(
             self.node
                 .container(&c.pod_uid, &c.name)
-                .map_or_else(|| self.node.shared_cpus(), |p| p.cpus),
+                .map_or_else(|| self.unlisted(&c.pod_uid).cpus, |p| p.cpus),
         )
     }
 
