@@ -376,6 +376,16 @@ async fn many_pods_from_several_clients_never_share_a_cpu() {
         .cloned()
         .collect();
     assert!(!uids.contains("uid-sb-fails-0") && !uids.contains("uid-sb-fails-1"));
+    // No placed container was moved afterwards (pool updates only touch the node pool).
+    for (p, result) in &outcomes {
+        let (Some(_), Ok(running)) = (&p.resources, result) else {
+            continue;
+        };
+        for (name, id) in &running.containers {
+            let created = received(&shim.fake().created(&p.name, name)).cpus;
+            assert_eq!(current_cpus(&shim, id), created, "{}/{name}", p.name);
+        }
+    }
     // Every burstable container ends on the final node pool.
     let shared = shim.shared().to_string();
     for i in 0..8 {
