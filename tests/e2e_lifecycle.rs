@@ -376,6 +376,16 @@ async fn many_pods_from_several_clients_never_share_a_cpu() {
         .cloned()
         .collect();
     assert!(!uids.contains("uid-sb-fails-0") && !uids.contains("uid-sb-fails-1"));
+    // No placed container was moved afterwards (pool updates only touch the node pool).
+    for (p, result) in &outcomes {
+        let (Some(_), Ok(running)) = (&p.resources, result) else {
+            continue;
+        };
+        for (name, id) in &running.containers {
+            let created = received(&shim.fake().created(&p.name, name)).cpus;
+            assert_eq!(current_cpus(&shim, id), created, "{}/{name}", p.name);
+        }
+    }
     // Every burstable container ends on the final node pool.
     let shared = shim.shared().to_string();
     for i in 0..8 {
@@ -497,4 +507,61 @@ async fn a_sandbox_without_containers_is_readmitted_from_its_annotation() {
     let bubble = pod_cpus(&shim, &early);
     assert_eq!(bubble, topology.cpu_set().difference(&shared));
     assert_eq!(received(&shim.fake().created("early", "main")).quota, -1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_pods_with_the_pods_api_never_share_a_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("pods-api.sock");
+    let api = support::harness::PodsApi::default();
+    let server = api.serve(&socket);
+    let setup = Setup::new(EIGHT, "single-numa-node", "pod").pods_api(&socket);
+    let topology = setup.topology.clone();
+    let shim = Shim::start(dir.path(), &setup).await;
+    let mut kubelets = Vec::new();
+    for _ in 0..3 {
+        kubelets.push(shim.kubelet().await);
+    }
+    let pods: Vec<PodDef> = (0..18)
+        .map(|i| {
+            pod(&format!("m{i}"))
+                .pod_level(Res::guaranteed(5000, 5 * GI))
+                .sidecar("proxy", Res::guaranteed(1000, GI))
+                .container("main", Res::guaranteed(2000 + 1000 * (i % 2), 2 * GI))
+                .container("log", Res::default())
+        })
+        .collect();
+    for p in &pods {
+        api.add(p).await;
+    }
+    let outcomes = start_all(&kubelets, &pods).await;
+    let mut seen = CpuSet::new();
+    for (p, result) in &outcomes {
+        result
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{}: {e:?}", p.name));
+        let proxy = received(&shim.fake().created(&p.name, "proxy"));
+        let main = received(&shim.fake().created(&p.name, "main"));
+        let log = received(&shim.fake().created(&p.name, "log"));
+        let bubble = pod_cpus(&shim, p);
+        assert_eq!(bubble.len(), 5, "{}", p.name);
+        assert_eq!(
+            proxy.cpus.len() + main.cpus.len() + log.cpus.len(),
+            5,
+            "{}: slices and pool disjoint",
+            p.name
+        );
+        let node = one_numa(&topology, &bubble);
+        for r in [&proxy, &main, &log] {
+            assert_eq!(r.mems, node.to_string(), "{}", p.name);
+        }
+        assert!(
+            seen.is_disjoint(&bubble),
+            "{}: {bubble} granted twice",
+            p.name
+        );
+        seen = seen.union(&bubble);
+    }
+    assert_eq!(shim.shared(), topology.cpu_set().difference(&seen));
+    server.abort();
 }

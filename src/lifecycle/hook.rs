@@ -239,12 +239,19 @@ impl PlacementHook {
             .map(|m| m.name.clone())
             .unwrap_or_default();
         let own = cri_resources(config.linux.as_ref().and_then(|l| l.resources.as_ref()));
-        let decided = self
-            .placer
-            .registry()
-            .decide_container(&req.pod_sandbox_id, &name, |pod| {
+        let (decided, pool_moved) = {
+            let mut registry = self.placer.registry();
+            let before = registry.node().shared_cpus();
+            let decided = registry.decide_container(&req.pod_sandbox_id, &name, |pod| {
                 infer::container(pod, &name, &own)
             });
+            (decided, registry.node().shared_cpus() != before)
+        };
+        // Extending an inferred pod re-admits it, which can move its bubble: running
+        // containers on the node shared pool must follow.
+        if pool_moved {
+            self.placer.pool_changed();
+        }
         match decided {
             Ok(Some(decision)) => Decision::Patch(patch(&decision)),
             Ok(None) => Decision::Continue,

@@ -189,31 +189,53 @@ impl Registry {
             let container = inferred(&record.spec);
             self.extend_inferred(&uid, container)?;
         }
-        if let Some(p) = self.node.container(&uid, name) {
-            return Ok(Some(decision(&p)));
+        let placement = self.node.container(&uid, name);
+        Ok(Some(match placement {
+            Some(p) => decision(&p),
+            None => self.unlisted(&uid),
+        }))
+    }
+
+    /// Where a container the pod's spec does not list runs: an inferred container the pod could
+    /// not be extended with, in its pod's shared pool; anything else (e.g. an ephemeral
+    /// container) in the node shared pool.
+    fn unlisted(&self, uid: &str) -> ContainerDecision {
+        let inferred = self
+            .pods
+            .get(uid)
+            .is_some_and(|p| p.source == Source::Inferred);
+        inferred
+            .then(|| self.pod_pool(uid))
+            .flatten()
+            .unwrap_or_else(|| ContainerDecision {
+                cpus: self.node.shared_cpus(),
+                mems: None,
+                cpu_quota: None,
+                exclusive: false,
+                isolation: Isolation::Host,
+            })
+    }
+
+    /// The pod's shared pool (its bubble without the exclusive slices), if it has a bubble
+    /// and something is left of it.
+    fn pod_pool(&self, uid: &str) -> Option<ContainerDecision> {
+        let placement = self.node.placement(uid)?;
+        let slices = placement
+            .containers
+            .iter()
+            .filter(|c| c.exclusive)
+            .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
+        let cpus = placement.cpus?.difference(&slices);
+        if cpus.is_empty() {
+            return None;
         }
-        // Not in the spec (an ephemeral container, or an inferred one that could not be added
-        // without moving others): the pod shared pool if the pod has one, else the node's.
-        let pool = self.node.placement(&uid).and_then(|p| {
-            let bubble = p.cpus?;
-            let slices = p
-                .containers
-                .iter()
-                .filter(|c| c.exclusive)
-                .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
-            Some(bubble.difference(&slices))
-        });
-        let (cpus, isolation) = match pool {
-            Some(cpus) => (cpus, Isolation::Pod),
-            None => (self.node.shared_cpus(), Isolation::Host),
-        };
-        Ok(Some(ContainerDecision {
+        Some(ContainerDecision {
             cpus,
-            mems: None,
+            mems: placement.containers.first().and_then(|c| c.cpuset_mems()),
             cpu_quota: None,
             exclusive: false,
-            isolation,
-        }))
+            isolation: Isolation::Pod,
+        })
     }
 
     /// The runtime created the container with `decision` applied.
@@ -310,7 +332,7 @@ impl Registry {
         Some(
             self.node
                 .container(&c.pod_uid, &c.name)
-                .map_or_else(|| self.node.shared_cpus(), |p| p.cpus),
+                .map_or_else(|| self.unlisted(&c.pod_uid).cpus, |p| p.cpus),
         )
     }
 

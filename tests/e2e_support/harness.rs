@@ -126,12 +126,20 @@ impl Shim {
 
     /// Starts numa-shim in front of an already running fake runtime.
     pub async fn start_with(dir: &Path, setup: &Setup, runtime: Runtime) -> Self {
+        if let Ok(filter) = std::env::var("E2E_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         let options = Options {
             topology: setup.topology.clone(),
             config: setup.config.clone(),
             state_dir: dir.join("state"),
             spec_source: setup.spec_source.clone(),
             pool: lifecycle::pool::PoolSettings {
+                // No periodic pass: every cpuset change must come from a pool-change wake-up.
+                drift_period: Duration::from_secs(3600),
                 retry_backoff: Duration::from_millis(10),
                 ..Default::default()
             },
@@ -183,14 +191,27 @@ impl Shim {
     }
 
     /// Waits until `check` holds (the pool updater works in the background).
+    /// Panics after 15 s with numa-shim's records and the runtime's cpusets.
     pub async fn eventually(&self, what: &str, check: impl Fn(&Fake) -> bool) {
-        for _ in 0..200 {
+        for _ in 0..750 {
             if check(self.fake()) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        panic!("timed out waiting for: {what}");
+        let records = format!("{:#?}", self.started.placer.registry().containers());
+        let pending = format!("{:?}", self.started.placer.registry().pending_updates());
+        let runtime: Vec<(String, String)> = self
+            .fake()
+            .state()
+            .containers
+            .iter()
+            .map(|(id, h)| (id.clone(), h.resources.cpuset_cpus.clone()))
+            .collect();
+        panic!(
+            "timed out waiting for: {what}\nshared {}\npending {pending}\nruntime {runtime:?}\nrecords {records}",
+            self.shared()
+        );
     }
 }
 
