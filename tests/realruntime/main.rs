@@ -24,22 +24,7 @@ fn all_cpus() -> CpuSet {
 async fn mixed_pod_main_exclusive_sidecars_share_the_rest() {
     let _serial = SERIAL.lock().await;
     let env = Env::get();
-    let api = FakePodsApi::default();
-    let pods_sock = env.run.join("pods-api-mixed.sock");
-    let _api = api.serve(&pods_sock);
-    let pods_arg = pods_sock.display().to_string();
-    let shim = Shim::start(
-        &env,
-        "mixed",
-        POD_SCOPE,
-        &[
-            "--pod-knowledge",
-            "pods-api",
-            "--pods-api-socket",
-            &pods_arg,
-        ],
-    )
-    .await;
+    let (shim, api) = Shim::with_pods_api(&env, "mixed", POD_SCOPE).await;
     let cri = shim.cri().await;
     let mut cleanup = Cleanup::new(&env);
 
@@ -113,24 +98,9 @@ async fn mixed_pod_main_exclusive_sidecars_share_the_rest() {
 async fn empty_shared_pool_is_rejected_at_run_pod_sandbox() {
     let _serial = SERIAL.lock().await;
     let env = Env::get();
-    let api = FakePodsApi::default();
-    let pods_sock = env.run.join("pods-api-empty.sock");
-    let _api = api.serve(&pods_sock);
-    let pods_arg = pods_sock.display().to_string();
     // Restricted policy surfaces the empty pool as the kubelet's hint failure; best-effort reaches
     // the allocation check. Both are the kubelet's behaviour; check best-effort's reason here.
-    let shim = Shim::start(
-        &env,
-        "empty",
-        POD_SCOPE,
-        &[
-            "--pod-knowledge",
-            "pods-api",
-            "--pods-api-socket",
-            &pods_arg,
-        ],
-    )
-    .await;
+    let (shim, api) = Shim::with_pods_api(&env, "empty", POD_SCOPE).await;
     let cri = shim.cri().await;
     let _cleanup = Cleanup::new(&env);
 
@@ -215,22 +185,7 @@ async fn container_scope_with_pod_level_resources() {
 async fn node_shared_pool_shrinks_and_grows_around_an_exclusive_pod() {
     let _serial = SERIAL.lock().await;
     let env = Env::get();
-    let api = FakePodsApi::default();
-    let pods_sock = env.run.join("pods-api-pool.sock");
-    let _api = api.serve(&pods_sock);
-    let pods_arg = pods_sock.display().to_string();
-    let shim = Shim::start(
-        &env,
-        "pool",
-        POD_SCOPE,
-        &[
-            "--pod-knowledge",
-            "pods-api",
-            "--pods-api-socket",
-            &pods_arg,
-        ],
-    )
-    .await;
+    let (shim, api) = Shim::with_pods_api(&env, "pool", POD_SCOPE).await;
     let cri = shim.cri().await;
     let mut cleanup = Cleanup::new(&env);
     let all = all_cpus();

@@ -131,6 +131,22 @@ impl Shim {
         }
     }
 
+    /// Starts numa-shim taking pod specs from a fake kubelet Pods API served for it.
+    pub async fn with_pods_api(env: &Env, name: &str, settings: &str) -> (Self, FakePodsApi) {
+        let api = FakePodsApi::default();
+        let socket = env.run.join(format!("pods-api-{name}.sock"));
+        api.serve(&socket);
+        let socket = socket.display().to_string();
+        let shim = Self::start(
+            env,
+            name,
+            settings,
+            &["--pod-knowledge", "pods-api", "--pods-api-socket", &socket],
+        )
+        .await;
+        (shim, api)
+    }
+
     /// SIGKILL, as a crash.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -541,6 +557,15 @@ pub fn api_pod(
     init: Vec<core_v1::Container>,
     apps: Vec<core_v1::Container>,
 ) -> core_v1::Pod {
+    core_pod(def, Some(guaranteed(budget.0, budget.1)), init, apps)
+}
+
+fn core_pod(
+    def: &PodDef,
+    resources: Option<core_v1::ResourceRequirements>,
+    init_containers: Vec<core_v1::Container>,
+    containers: Vec<core_v1::Container>,
+) -> core_v1::Pod {
     core_v1::Pod {
         metadata: Some(core_v1::ObjectMeta {
             name: Some(def.name.clone()),
@@ -548,10 +573,10 @@ pub fn api_pod(
             uid: Some(def.uid.clone()),
         }),
         spec: Some(core_v1::PodSpec {
-            containers: apps,
+            containers,
             node_name: Some("it".into()),
-            init_containers: init,
-            resources: Some(guaranteed(budget.0, budget.1)),
+            init_containers,
+            resources,
         }),
         status: None,
     }
@@ -576,24 +601,12 @@ pub fn classic_pod(
             ("memory".to_string(), quantity(memory)),
         ]),
     };
-    core_v1::Pod {
-        metadata: Some(core_v1::ObjectMeta {
-            name: Some(def.name.clone()),
-            namespace: Some("default".into()),
-            uid: Some(def.uid.clone()),
-        }),
-        spec: Some(core_v1::PodSpec {
-            containers: vec![core_v1::Container {
-                name: Some(name.into()),
-                restart_policy: None,
-                resources: Some(resources),
-            }],
-            node_name: Some("it".into()),
-            init_containers: vec![],
-            resources: None,
-        }),
-        status: None,
-    }
+    let container = core_v1::Container {
+        name: Some(name.into()),
+        restart_policy: None,
+        resources: Some(resources),
+    };
+    core_pod(def, None, vec![], vec![container])
 }
 
 pub const MI: u64 = 1 << 20;
