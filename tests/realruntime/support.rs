@@ -133,17 +133,28 @@ impl Shim {
 
     /// Starts numa-shim taking pod specs from a fake kubelet Pods API served for it.
     pub async fn with_pods_api(env: &Env, name: &str, settings: &str) -> (Self, FakePodsApi) {
+        Self::with_pods_api_and(env, name, settings, &[]).await
+    }
+
+    /// The same, with more `serve` flags.
+    pub async fn with_pods_api_and(
+        env: &Env,
+        name: &str,
+        settings: &str,
+        extra: &[&str],
+    ) -> (Self, FakePodsApi) {
         let api = FakePodsApi::default();
         let socket = env.run.join(format!("pods-api-{name}.sock"));
         api.serve(&socket);
         let socket = socket.display().to_string();
-        let shim = Self::start(
-            env,
-            name,
-            settings,
-            &["--pod-knowledge", "pods-api", "--pods-api-socket", &socket],
-        )
-        .await;
+        let mut args = vec![
+            "--pod-knowledge",
+            "pods-api",
+            "--pods-api-socket",
+            socket.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        let shim = Self::start(env, name, settings, &args).await;
         (shim, api)
     }
 
@@ -610,3 +621,44 @@ pub fn classic_pod(
 }
 
 pub const MI: u64 = 1 << 20;
+
+/// GET `path` from an HTTP server on `addr` (HTTP/1.0, whole body).
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
+
+/// The value of one Prometheus sample line `name{labels} value` (labels as written).
+pub fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{metrics}"))
+}
+
+/// Runs the Python PodResources client (integration/podresources.sh) and parses its JSON.
+pub fn podresources_client(socket: &Path, args: &[&str]) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("integration/podresources.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "podresources client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
