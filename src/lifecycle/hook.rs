@@ -318,11 +318,10 @@ impl PlacementHook {
                     }
                 }
                 // The pool may have changed while the call was in flight (another pod admitted
-                // or released): then the cpuset just applied is already stale and the pool
-                // updater must run, or the container keeps it until the next drift tick.
-                registry
-                    .applied(&resp.container_id)
-                    .is_some_and(|c| registry.desired(c).is_some_and(|want| want != c.cpus))
+                // or released), or this container took a slice out of its pod's shared pool
+                // (an inferred pod): running containers whose cpuset is now stale must be
+                // updated, or they keep it until the next drift tick.
+                !registry.pending_updates().is_empty()
             }
             (CriRequest::RemoveContainer(req), _) if ok => {
                 registry.remove_container(&req.container_id);
