@@ -66,7 +66,8 @@ pub struct Args {
     /// Topology JSON file or sysfs root to take the machine from [default: /sys].
     #[arg(long)]
     pub topology: Option<PathBuf>,
-    /// Where pod specs come from [default: pods-api when its socket exists, else cri].
+    /// Where pod specs come from [default: pods-api when its socket exists, else apiserver when
+    /// a kubeconfig is given, else cri].
     #[arg(long, value_enum)]
     pub pod_knowledge: Option<PodKnowledge>,
     /// The kubelet Pods API socket [default: /var/lib/kubelet/pods-api/pods-api.sock].
