@@ -8,9 +8,11 @@ use std::sync::Arc;
 use base64::Engine as _;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use serde::Deserialize;
 
 use super::ApiServerError;
+use kubeconfig::{Kubeconfig, User};
+
+mod kubeconfig;
 
 /// Where a pod's service-account credentials are mounted.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -369,65 +371,4 @@ fn read_text(path: &Path) -> Result<String, ApiServerError> {
 
 fn find<'a, T>(items: &'a [T], name: &str, key: impl Fn(&T) -> &String) -> Option<&'a T> {
     items.iter().find(|item| key(item) == name)
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case", default)]
-struct Kubeconfig {
-    current_context: Option<String>,
-    contexts: Vec<NamedContext>,
-    clusters: Vec<NamedCluster>,
-    users: Vec<NamedUser>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct NamedContext {
-    name: String,
-    context: Context,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Context {
-    cluster: String,
-    user: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct NamedCluster {
-    name: String,
-    cluster: Cluster,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case", default)]
-struct Cluster {
-    server: Option<String>,
-    certificate_authority: Option<PathBuf>,
-    certificate_authority_data: Option<String>,
-    insecure_skip_tls_verify: bool,
-    tls_server_name: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct NamedUser {
-    name: String,
-    user: User,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "kebab-case", default)]
-struct User {
-    token: Option<String>,
-    #[serde(rename = "tokenFile")]
-    token_file: Option<PathBuf>,
-    client_certificate: Option<PathBuf>,
-    client_certificate_data: Option<String>,
-    client_key: Option<PathBuf>,
-    client_key_data: Option<String>,
-    exec: Option<serde_yaml_ng::Value>,
-    auth_provider: Option<serde_yaml_ng::Value>,
 }
