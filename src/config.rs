@@ -38,10 +38,14 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// A topology JSON file or a sysfs root to take the machine from (default /sys).
     pub topology: Option<PathBuf>,
-    /// Where pod specs come from: `pods-api` or `cri`.
+    /// Where pod specs come from: `pods-api`, `apiserver` or `cri`.
     pub pod_knowledge: Option<PodKnowledge>,
     /// The kubelet Pods API socket (default /var/lib/kubelet/pods-api/pods-api.sock).
     pub pods_api_socket: Option<PathBuf>,
+    /// The kubeconfig for `podKnowledge: apiserver` (absent: the in-cluster config).
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name in the API server (default: the hostname, lowercased).
+    pub node_name: Option<String>,
     /// Where numa-shim serves PodResources v1 (default `<stateDir>/pod-resources/kubelet.sock`;
     /// `none` or an empty path turns the server off).
     pub pod_resources_socket: Option<PathBuf>,
@@ -68,6 +72,8 @@ pub struct Config {
 pub enum PodKnowledge {
     /// The kubelet Pods API.
     PodsApi,
+    /// The Kubernetes API server: this node's pods, listed and watched.
+    Apiserver,
     /// Inference from CRI requests alone.
     Cri,
 }
@@ -86,6 +92,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "topology",
     "podKnowledge",
     "podsApiSocket",
+    "kubeconfig",
+    "nodeName",
     "podResourcesSocket",
     "kubeletPodResourcesSocket",
     "podResourcesQps",
@@ -308,6 +316,24 @@ logging:
         }
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn api_server_keys_parse_and_validate() {
+        let c = parse(
+            "podKnowledge: apiserver\nkubeconfig: /etc/kubernetes/kubelet.conf\nnodeName: node-1\n",
+        )
+        .unwrap();
+        assert_eq!(c.pod_knowledge, Some(PodKnowledge::Apiserver));
+        assert_eq!(
+            c.kubeconfig,
+            Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
+        );
+        assert_eq!(c.node_name.as_deref(), Some("node-1"));
+        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        let c = parse("nodeName: Node_1\nkubeconfig: ''\n").unwrap();
+        let fields: Vec<_> = c.validate().iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["kubeconfig", "nodeName"]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! alone (`infer`, rules in docs/pod-knowledge.md). This module turns each source into the
 //! decision core's `PodSpec`; it never decides placement.
 
+pub mod apiserver;
 pub mod infer;
 pub mod pods_api;
 

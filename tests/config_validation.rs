@@ -87,7 +87,9 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
         ),
         ("stateDir: var/lib/numa-shim", "stateDir", "absolute"),
         ("topology: \"\"", "topology", "empty"),
-        ("podKnowledge: apiserver", "podKnowledge", "apiserver"),
+        ("podKnowledge: kubelet", "podKnowledge", "kubelet"),
+        ("kubeconfig: \"\"", "kubeconfig", "empty"),
+        ("nodeName: Node_1", "nodeName", "not a valid node name"),
         ("podsApiSocket: pods.sock", "podsApiSocket", "absolute"),
         (
             "podResourcesSocket: pr.sock",

@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use crate::config::{self, Config, LogFormat, PodKnowledge};
 use crate::k8s::kubelet_config::KubeletConfiguration;
+use crate::knowledge::apiserver::ApiServerOptions;
 use crate::lifecycle::Placer;
 use crate::lifecycle::{self, pool::PoolSettings, SpecSource};
 use crate::placement::config::{CpuPolicy, MemoryPolicy};
@@ -65,12 +66,19 @@ pub struct Args {
     /// Topology JSON file or sysfs root to take the machine from [default: /sys].
     #[arg(long)]
     pub topology: Option<PathBuf>,
-    /// Where pod specs come from [default: pods-api when its socket exists, else cri].
+    /// Where pod specs come from [default: pods-api when its socket exists, else apiserver when
+    /// a kubeconfig is given, else cri].
     #[arg(long, value_enum)]
     pub pod_knowledge: Option<PodKnowledge>,
     /// The kubelet Pods API socket [default: /var/lib/kubelet/pods-api/pods-api.sock].
     #[arg(long)]
     pub pods_api_socket: Option<PathBuf>,
+    /// Kubeconfig for `--pod-knowledge apiserver` [default: the in-cluster config].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name in the API server [default: the hostname].
+    #[arg(long)]
+    pub node_name: Option<String>,
     /// Address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long)]
     pub metrics_address: Option<String>,
@@ -295,7 +303,7 @@ pub fn settings(
             .clone()
             .or_else(|| file.topology.clone())
             .unwrap_or_else(|| root.join("sys")),
-        spec_source: spec_source(args, file, root),
+        spec_source: spec_source(args, file, root)?,
         metrics_address: match args
             .metrics_address
             .as_deref()
@@ -364,7 +372,7 @@ fn is_off(path: &Path) -> bool {
     path.as_os_str().is_empty() || path == Path::new("none")
 }
 
-fn spec_source(args: &Args, file: &Config, root: &Path) -> SpecSource {
+fn spec_source(args: &Args, file: &Config, root: &Path) -> Result<SpecSource, super::CliError> {
     let socket = args
         .pods_api_socket
         .clone()
@@ -372,12 +380,22 @@ fn spec_source(args: &Args, file: &Config, root: &Path) -> SpecSource {
         .unwrap_or_else(|| {
             root.join(crate::knowledge::pods_api::DEFAULT_SOCKET.trim_start_matches('/'))
         });
-    match args.pod_knowledge.or(file.pod_knowledge) {
+    let kubeconfig = args.kubeconfig.clone().or_else(|| file.kubeconfig.clone());
+    let api_server = || -> Result<SpecSource, super::CliError> {
+        let node_name = args.node_name.clone().or_else(|| file.node_name.clone());
+        Ok(SpecSource::ApiServer(ApiServerOptions::new(
+            kubeconfig.clone(),
+            node_name,
+        )?))
+    };
+    Ok(match args.pod_knowledge.or(file.pod_knowledge) {
         Some(PodKnowledge::Cri) => SpecSource::CriOnly,
         Some(PodKnowledge::PodsApi) => SpecSource::PodsApi(socket),
+        Some(PodKnowledge::Apiserver) => api_server()?,
         None if socket.exists() => SpecSource::PodsApi(socket),
+        None if kubeconfig.is_some() => api_server()?,
         None => SpecSource::CriOnly,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -433,6 +451,41 @@ mod tests {
         assert_eq!(s.listen, PathBuf::from("/run/numa-shim/cri.sock"));
         assert_eq!(s.socket, SocketOptions::default());
         assert_eq!(s.shutdown_grace, relay::DEFAULT_SHUTDOWN_GRACE);
+    }
+
+    #[test]
+    fn api_server_source_from_flags_or_file() {
+        let file = Config {
+            runtime: Some("unix:///rt.sock".into()),
+            kubeconfig: Some("/file.kubeconfig".into()),
+            node_name: Some("file-node".into()),
+            ..Config::default()
+        };
+        let root = std::path::Path::new("/nonexistent");
+        let expect = |kubeconfig: Option<&str>, node: &str| {
+            let options = ApiServerOptions::new(kubeconfig.map(PathBuf::from), Some(node.into()));
+            SpecSource::ApiServer(options.unwrap())
+        };
+        // A kubeconfig alone selects the API server when no Pods API socket exists.
+        let s = settings(&args(), &file, root).unwrap();
+        assert_eq!(s.spec_source, expect(Some("/file.kubeconfig"), "file-node"));
+        let mut a = args();
+        a.kubeconfig = Some("/flag.kubeconfig".into());
+        a.node_name = Some("flag-node".into());
+        let s = settings(&a, &file, root).unwrap();
+        assert_eq!(s.spec_source, expect(Some("/flag.kubeconfig"), "flag-node"));
+        a.pod_knowledge = Some(PodKnowledge::Cri);
+        assert_eq!(
+            settings(&a, &file, root).unwrap().spec_source,
+            SpecSource::CriOnly
+        );
+        let in_cluster = Config {
+            pod_knowledge: Some(PodKnowledge::Apiserver),
+            kubeconfig: None,
+            ..file.clone()
+        };
+        let s = settings(&args(), &in_cluster, root).unwrap();
+        assert_eq!(s.spec_source, expect(None, "file-node"));
     }
 
     #[test]

@@ -57,6 +57,8 @@ impl Config {
             "podsApiSocket",
             opt(self.pods_api_socket.as_deref(), absolute),
         );
+        check("kubeconfig", opt(self.kubeconfig.as_deref(), not_empty));
+        check("nodeName", opt(self.node_name.as_deref(), node_name));
         check(
             "podResourcesSocket",
             opt(self.pod_resources_socket.as_deref(), absolute),
@@ -112,6 +114,23 @@ fn opt<T: ?Sized>(
     check: impl FnOnce(&T) -> Result<(), String>,
 ) -> Result<(), String> {
     value.map_or(Ok(()), check)
+}
+
+/// A Node name: a DNS subdomain (lowercase letters, digits, `-`, `.`; at most 253).
+fn node_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        });
+    ok.then_some(()).ok_or_else(|| {
+        format!("{name:?} is not a valid node name (lowercase DNS subdomain, e.g. node-1.example)")
+    })
 }
 
 fn endpoint(text: &str) -> Result<std::path::PathBuf, String> {

@@ -15,6 +15,7 @@ use super::recover::{recover, Recovery};
 use super::registry::Registry;
 use super::runtime::Runtime;
 use super::store::{Store, CHECKPOINT_NAME};
+use crate::knowledge::apiserver::{ApiServerError, ApiServerOptions};
 use crate::knowledge::{Knowledge, PodCache};
 use crate::placement::node::{Node, NodeError};
 use crate::placement::Config;
@@ -29,6 +30,8 @@ pub enum SpecSource {
     CriOnly,
     /// The kubelet Pods API on this socket.
     PodsApi(PathBuf),
+    /// The Kubernetes API server (this node's pods).
+    ApiServer(ApiServerOptions),
 }
 
 /// Everything placement needs to start.
@@ -53,6 +56,8 @@ pub enum StartError {
         waited: Duration,
         status: tonic::Status,
     },
+    #[error("api server: {0}")]
+    ApiServer(#[from] ApiServerError),
 }
 
 /// Placement, running.
@@ -112,6 +117,17 @@ pub async fn start(
             let cache = Arc::new(PodCache::default());
             tasks.push(tokio::spawn(crate::knowledge::pods_api::watch(
                 socket.clone(),
+                cache.clone(),
+            )));
+            Knowledge::Watched(cache)
+        }
+        SpecSource::ApiServer(api) => {
+            let connection = api.connection()?;
+            info!(server = connection.server(), node = %api.node_name, "pod specs from the api server");
+            let cache = Arc::new(PodCache::default());
+            tasks.push(tokio::spawn(crate::knowledge::apiserver::watch(
+                connection,
+                api.node_name.clone(),
                 cache.clone(),
             )));
             Knowledge::Watched(cache)
