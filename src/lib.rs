@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod k8s;
 pub mod knowledge;
 pub mod lifecycle;
+pub mod listen;
 pub mod placement;
 pub mod podresources;
 pub mod proto;

@@ -13,7 +13,6 @@ mod kubelet;
 mod limit;
 mod server;
 mod snapshot;
-mod socket;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +22,6 @@ pub use kubelet::{merge_allocatable, merge_list, merge_pod, KubeletSource, WARN_
 pub use limit::RateLimiter;
 pub use server::{not_found, serve, PodResourcesService, MAX_MESSAGE};
 pub use snapshot::{ContainerEntry, PodEntry, RegistrySource, Snapshot};
-pub use socket::{bind, remove_if_same, socket_inode};
 
 /// Where numa-shim serves PodResources when nothing else is configured: under its state directory.
 pub const DEFAULT_SOCKET: &str = "/var/lib/numa-shim/pod-resources/kubelet.sock";
@@ -68,17 +66,8 @@ impl Options {
 /// Why the PodResources server cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum PodResourcesError {
-    #[error("pod-resources socket {path}: cannot {action}: {source}")]
-    Socket {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("pod-resources socket {path}: exists and is not a socket")]
-    NotASocket { path: PathBuf },
-    #[error("pod-resources socket {path}: another server is listening on it")]
-    InUse { path: PathBuf },
+    #[error("pod-resources socket: {0}")]
+    Listen(#[from] crate::listen::ListenError),
     #[error(
         "pod-resources socket {path}: is the kubelet's own socket; numa-shim must listen elsewhere"
     )]

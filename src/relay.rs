@@ -32,15 +32,14 @@ mod grpc;
 mod hook;
 mod intercept;
 mod patch;
-mod socket;
 mod upstream;
 
+pub use crate::listen::SocketOptions;
 pub use endpoint::{detect_runtime, parse as parse_endpoint, EndpointError, RUNTIME_CANDIDATES};
 pub use error::RelayError;
 pub use hook::{
     CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
 };
-pub use socket::SocketOptions;
 
 use crate::telemetry::Metrics;
 use grpc::RelayBody;
@@ -66,7 +65,7 @@ pub struct RelayBuilder<H = NoopHook> {
 /// A relay bound to its socket, ready to serve.
 #[derive(Debug)]
 pub struct Relay<H> {
-    bound: socket::Bound,
+    bound: crate::listen::Bound,
     shared: Arc<Shared<H>>,
     shutdown_grace: Duration,
 }
@@ -137,7 +136,7 @@ impl<H: Hook> RelayBuilder<H> {
 
     /// Binds the listening socket. The runtime is dialled on the first call, not here.
     pub async fn bind(self) -> Result<Relay<H>, RelayError> {
-        let bound = socket::bind(&self.listen, self.socket).await?;
+        let bound = crate::listen::bind(&self.listen, self.socket).await?;
         Ok(Relay {
             bound,
             shared: Arc::new(Shared {

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use numa_shim::cpuset::CpuSet;
 use numa_shim::lifecycle::runtime::unix_channel;
-use numa_shim::podresources::{self, PodResourcesService, RegistrySource};
+use numa_shim::listen::{self, SocketOptions};
+use numa_shim::podresources::{PodResourcesService, RegistrySource};
 use numa_shim::proto::podresources::v1 as pr;
 use support::*;
 use tonic::Code;
@@ -117,19 +118,23 @@ async fn stale_socket_replaced_live_socket_refused() {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert!(path.exists(), "stale socket left behind");
-    let live = podresources::bind(&path, 0o600).await.unwrap();
-    let err = podresources::bind(&path, 0o600).await.unwrap_err();
+    let options = SocketOptions {
+        mode: 0o600,
+        group: None,
+    };
+    let live = listen::bind(&path, options).await.unwrap();
+    let err = listen::bind(&path, options).await.unwrap_err();
     assert!(err.to_string().contains("another server"), "{err}");
+    let inode = live.inode();
     drop(live);
-    let inode = podresources::socket_inode(&path).unwrap();
     assert!(
-        !podresources::remove_if_same(&path, inode + 1),
+        !listen::remove_if_same(&path, inode + 1),
         "another inode is left alone"
     );
-    assert!(podresources::remove_if_same(&path, inode));
+    assert!(listen::remove_if_same(&path, inode));
     assert!(!path.exists());
     std::fs::write(&path, b"not a socket").unwrap();
-    let err = podresources::bind(&path, 0o600).await.unwrap_err();
+    let err = listen::bind(&path, options).await.unwrap_err();
     assert!(err.to_string().contains("not a socket"), "{err}");
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use client::{channel, runtime_client, RunningRelay};
 use fake::Runtime;
+use numa_shim::listen::ListenError;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::{
     CriRequest, Decision, Hook, NoopHook, Outcome, RelayBuilder, RelayError, SocketOptions,
@@ -93,7 +94,10 @@ async fn socket_mode_group_and_stale_socket() {
         .bind()
         .await
         .unwrap_err();
-    assert!(matches!(err, RelayError::SocketInUse { .. }), "{err}");
+    assert!(
+        matches!(err, RelayError::Listen(ListenError::InUse { .. })),
+        "{err}"
+    );
 
     // A stale socket file (nobody listening) is replaced.
     first.shutdown();

@@ -205,17 +205,18 @@ async fn start_pod_resources(
     placer: Arc<lifecycle::Placer>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), super::CliError> {
-    let listener = podresources::bind(&options.socket, options.mode).await?;
-    let inode = podresources::socket_inode(&options.socket);
-    let path = options.socket.clone();
+    let socket = SocketOptions {
+        mode: options.mode,
+        group: None,
+    };
+    let bound = crate::listen::bind(&options.socket, socket).await?;
+    let (inode, path) = (bound.inode(), bound.path.clone());
     let service = podresources::PodResourcesService::new(placer, options);
     tokio::spawn(async move {
-        if let Err(e) = podresources::serve(listener, service, stopped(stop)).await {
+        if let Err(e) = podresources::serve(bound.listener, service, stopped(stop)).await {
             warn!(error = %e, "pod-resources server stopped");
         }
-        if let Some(inode) = inode {
-            podresources::remove_if_same(&path, inode);
-        }
+        crate::listen::remove_if_same(&path, inode);
     });
     Ok(())
 }

@@ -59,20 +59,9 @@ pub enum RelayError {
     /// The caller's deadline (grpc-timeout) passed before numa-shim could forward the call.
     #[error("deadline of {method} exceeded after {elapsed_ms} ms inside numa-shim")]
     Deadline { method: String, elapsed_ms: u128 },
-    /// The listening socket path holds a file that is not a socket.
-    #[error("refusing to replace {path}: it exists and is not a socket")]
-    NotASocket { path: PathBuf },
-    /// Another live server answers on the listening socket.
-    #[error("another server is already listening on {path}")]
-    SocketInUse { path: PathBuf },
-    /// Preparing, binding or securing the listening socket failed.
-    #[error("cannot {action} listening socket {path}: {source}")]
-    Listen {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The listening socket could not be set up.
+    #[error(transparent)]
+    Listen(#[from] crate::listen::ListenError),
 }
 
 impl RelayError {
@@ -88,9 +77,7 @@ impl RelayError {
             Self::Compressed { .. } => Code::Unimplemented,
             Self::TooLarge { .. } => Code::ResourceExhausted,
             Self::Deadline { .. } => Code::DeadlineExceeded,
-            Self::NotASocket { .. } | Self::SocketInUse { .. } | Self::Listen { .. } => {
-                Code::Internal
-            }
+            Self::Listen(_) => Code::Internal,
         };
         Status::new(code, format!("numa-shim: {self}"))
     }

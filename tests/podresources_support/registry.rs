@@ -169,7 +169,14 @@ impl Served {
     ) -> Self {
         let path = dir.join("numa-shim.sock");
         options.socket = path.clone();
-        let listener = podresources::bind(&path, options.mode).await.unwrap();
+        let socket = numa_shim::listen::SocketOptions {
+            mode: options.mode,
+            group: None,
+        };
+        let listener = numa_shim::listen::bind(&path, socket)
+            .await
+            .unwrap()
+            .listener;
         let service = PodResourcesService::new(registry, &options);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::listen::ListenError;
 
 /// A real hyper error: an HTTP/2 handshake with a peer that hung up.
 fn hyper_error() -> hyper::Error {
@@ -101,21 +102,21 @@ fn every_variant_maps_to_its_code() {
             "after 7 ms",
         ),
         (
-            RelayError::NotASocket { path: p() },
+            RelayError::Listen(ListenError::NotASocket { path: p() }),
             Code::Internal,
             "is not a socket",
         ),
         (
-            RelayError::SocketInUse { path: p() },
+            RelayError::Listen(ListenError::InUse { path: p() }),
             Code::Internal,
             "already listening",
         ),
         (
-            RelayError::Listen {
+            RelayError::Listen(ListenError::Io {
                 action: "bind",
                 path: p(),
                 source: io(),
-            },
+            }),
             Code::Internal,
             "cannot bind listening socket /run/x.sock",
         ),

@@ -1,6 +1,6 @@
-//! The listening unix socket: refuse to steal a live one, replace a stale one, set mode and
-//! group before the socket becomes reachable under its name, and remove it only if still ours.
-//! Takes every path as a parameter.
+//! Listening unix sockets (the CRI relay's and the PodResources server's): refuse to steal a
+//! live one, replace a stale one, set mode and group before the socket becomes reachable under
+//! its name, and remove it only if still ours. Takes every path as a parameter.
 
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -9,7 +9,24 @@ use std::path::{Path, PathBuf};
 use tokio::net::UnixListener;
 use tracing::{info, warn};
 
-use super::error::RelayError;
+/// Why a listening socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// The path holds a file that is not a socket.
+    #[error("refusing to replace {path}: it exists and is not a socket")]
+    NotASocket { path: PathBuf },
+    /// Another live server answers on the path.
+    #[error("another server is already listening on {path}")]
+    InUse { path: PathBuf },
+    /// Preparing, binding or securing the socket failed.
+    #[error("cannot {action} listening socket {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Ownership and permissions of the listening socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,17 +48,17 @@ impl Default for SocketOptions {
 
 /// A bound listening socket and the inode it was created with.
 #[derive(Debug)]
-pub(crate) struct Bound {
-    pub(crate) listener: UnixListener,
-    pub(crate) path: PathBuf,
+pub struct Bound {
+    pub listener: UnixListener,
+    pub path: PathBuf,
     inode: u64,
 }
 
 /// Binds `path`. A live server on it is an error; a stale socket file is replaced; any other
 /// file is left alone and reported. The socket is bound under a temporary name, given its mode
 /// and group, then renamed into place, so it is never reachable with looser permissions.
-pub(crate) async fn bind(path: &Path, options: SocketOptions) -> Result<Bound, RelayError> {
-    let err = |action, source| RelayError::Listen {
+pub async fn bind(path: &Path, options: SocketOptions) -> Result<Bound, ListenError> {
+    let err = |action, source| ListenError::Io {
         action,
         path: path.to_path_buf(),
         source,
@@ -51,13 +68,13 @@ pub(crate) async fn bind(path: &Path, options: SocketOptions) -> Result<Bound, R
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) if !meta.file_type().is_socket() => {
-            return Err(RelayError::NotASocket {
+            return Err(ListenError::NotASocket {
                 path: path.to_path_buf(),
             })
         }
         Ok(_) => match tokio::net::UnixStream::connect(path).await {
             Ok(_) => {
-                return Err(RelayError::SocketInUse {
+                return Err(ListenError::InUse {
                     path: path.to_path_buf(),
                 })
             }
@@ -104,15 +121,20 @@ fn temp_name(path: &Path) -> PathBuf {
 }
 
 impl Bound {
+    /// The inode the socket was created with.
+    pub fn inode(&self) -> u64 {
+        self.inode
+    }
+
     /// Stops listening and removes the socket file if it is still the one this process created.
-    pub(crate) fn close(self) {
+    pub fn close(self) {
         drop(self.listener);
         remove_if_same(&self.path, self.inode);
     }
 }
 
 /// Removes `path` only if it is still the inode `inode`; returns whether it did.
-fn remove_if_same(path: &Path, inode: u64) -> bool {
+pub fn remove_if_same(path: &Path, inode: u64) -> bool {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.ino() == inode => match std::fs::remove_file(path) {
             Ok(()) => true,
@@ -146,7 +168,7 @@ mod tests {
         // A live server answers: refused.
         assert!(matches!(
             bind(&path, options).await,
-            Err(RelayError::SocketInUse { .. })
+            Err(ListenError::InUse { .. })
         ));
         // Drop the listener: the file stays but nobody answers, so it is stale and replaced.
         drop(first.listener);
@@ -169,7 +191,10 @@ mod tests {
         let path = dir.path().join("cri.sock");
         std::fs::write(&path, b"data").unwrap();
         let got = bind(&path, SocketOptions::default()).await;
-        assert!(matches!(got, Err(RelayError::NotASocket { .. })), "{got:?}");
+        assert!(
+            matches!(got, Err(ListenError::NotASocket { .. })),
+            "{got:?}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), b"data");
     }
 }
