@@ -51,7 +51,9 @@ pub struct CpuDetails {
 /// The machine as the CPU manager sees it: the full CPU map and the header counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuTopology {
-    details: CpuDetails,
+    /// Never changes after construction: shared between clones (a node clones its CPU manager
+    /// to roll back a failed admission).
+    details: Arc<CpuDetails>,
     counts: HeaderCounts,
     /// Derived from `details` once; shared between clones.
     index: Arc<TopologyIndex>,
@@ -110,7 +112,7 @@ impl CpuTopology {
         };
         let index = Arc::new(TopologyIndex::build(&details));
         Self {
-            details,
+            details: Arc::new(details),
             counts,
             index,
         }
