@@ -18,6 +18,9 @@ use crate::topology::{CpuInfo, Topology};
 
 const LEVELS: [Level; 4] = [Level::Core, Level::Socket, Level::Numa, Level::Uncore];
 
+/// A many-id `CpuDetails` query such as `cores_in_sockets`.
+type Query = fn(&CpuDetails, &[u32]) -> CpuSet;
+
 /// Up to 96 CPUs with ids below 160 and small, freely mixed element ids (maps need not be
 /// regular: kubelet fixtures are not always).
 fn cpus() -> impl Strategy<Value = Vec<CpuInfo>> {
@@ -208,7 +211,7 @@ proptest! {
                 prop_assert_eq!(group, want);
             }
         }
-        let children: [(Level, Level, fn(&CpuDetails, &[u32]) -> CpuSet); 5] = [
+        let children: [(Level, Level, Query); 5] = [
             (Level::Socket, Level::Core, CpuDetails::cores_in_sockets),
             (Level::Numa, Level::Core, CpuDetails::cores_in_numa_nodes),
             (Level::Socket, Level::Numa, CpuDetails::numa_nodes_in_sockets),
