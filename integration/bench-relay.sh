@@ -6,7 +6,8 @@
 #
 # Needs root and integration/install-deps.sh (containerd, runc, CNI plugins, busybox-static,
 # crictl). Knobs (environment): BENCH_CALLS (10000 Version calls per side), BENCH_CLIENTS (16),
-# BENCH_PODS (30 pods per side), BENCH_OUT, IT_RUN (/run/numa-shim-bench, private state).
+# BENCH_PODS (30 pods per side), BENCH_OUT, IT_RUN (/run/numa-shim-bench, private state), BENCH_BIN
+# (a directory with prebuilt numa-shim and relay_load to run instead of building).
 # Everything it starts is torn down on exit by the harness teardown (PIDs, mounts, cgroups);
 # every step is bounded by a timeout.
 set -euo pipefail
@@ -34,19 +35,26 @@ if [[ ! -x $IT_BIN/crictl ]] && command -v crictl >/dev/null; then
     ln -sf "$(command -v crictl)" "$IT_BIN/crictl"
 fi
 
-it_log "building numa-shim (release) and the load generator"
-timeout 1800 cargo build --quiet --release --bin numa-shim --manifest-path "$IT_REPO/Cargo.toml"
-load_exe=$(timeout 1800 cargo bench --quiet --no-run --bench relay_load --message-format=json \
-    --manifest-path "$IT_REPO/Cargo.toml" |
-    python3 -c 'import json,sys
+if [[ -n ${BENCH_BIN:-} ]]; then
+    # Prebuilt binaries (e.g. a "before" build kept aside to compare with an "after" build).
+    [[ -x $BENCH_BIN/numa-shim && -x $BENCH_BIN/relay_load ]] ||
+        it_die "BENCH_BIN=$BENCH_BIN must hold numa-shim and relay_load"
+    cp "$BENCH_BIN/numa-shim" "$BENCH_BIN/relay_load" "$bench_bin/"
+else
+    it_log "building numa-shim (release) and the load generator"
+    timeout 1800 cargo build --quiet --release --bin numa-shim --manifest-path "$IT_REPO/Cargo.toml"
+    load_exe=$(timeout 1800 cargo bench --quiet --no-run --bench relay_load --message-format=json \
+        --manifest-path "$IT_REPO/Cargo.toml" |
+        python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "relay_load" and m.get("executable"):
         print(m["executable"])')
-[[ -x $load_exe ]] || it_die "no relay_load executable"
-# Private copies: CARGO_TARGET_DIR may be shared and rebuilt by others while this runs.
-cp "$target/release/numa-shim" "$bench_bin/numa-shim"
-cp "$load_exe" "$bench_bin/relay_load"
+    [[ -x $load_exe ]] || it_die "no relay_load executable"
+    # Private copies: CARGO_TARGET_DIR may be shared and rebuilt by others while this runs.
+    cp "$target/release/numa-shim" "$bench_bin/numa-shim"
+    cp "$load_exe" "$bench_bin/relay_load"
+fi
 it_numa_shim_bin() { printf '%s\n' "$bench_bin/numa-shim"; }
 
 trap it_teardown EXIT

@@ -24,7 +24,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::task::JoinSet;
-use tracing::{debug, info, info_span, warn, Instrument};
+use tracing::{debug, debug_span, info, warn, Instrument};
 
 mod endpoint;
 mod error;
@@ -229,13 +229,15 @@ async fn dispatch<H: Hook>(
     shared: Arc<Shared<H>>,
     req: Request<Incoming>,
 ) -> Result<Response<RelayBody>, Infallible> {
-    let path = req.uri().path().to_string();
-    let span = info_span!("cri", method = %path);
+    // Cloning the URI shares its (reference-counted) buffers instead of copying the path.
+    let uri = req.uri().clone();
+    let path = uri.path();
+    let span = debug_span!("cri", method = path);
     async move {
         let started = Instant::now();
-        let (response, runtime) = match Method::from_path(&path) {
+        let (response, runtime) = match Method::from_path(path) {
             Some(method) => intercept::handle(shared.clone(), method, req).await,
-            None => passthrough(&shared, &path, req).await,
+            None => passthrough(&shared, path, req).await,
         };
         if let Some(metrics) = &shared.metrics {
             let total = started.elapsed();

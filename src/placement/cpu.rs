@@ -38,7 +38,7 @@ mod reserved;
 mod state;
 
 pub use accumulator::{take_packed, SortingStrategy};
-pub use details::{CpuDetails, CpuTopology, HeaderCounts};
+pub use details::{CpuDetails, CpuTopology, HeaderCounts, Level};
 pub use distributed::take_distributed;
 pub use manager::CpuManager;
 pub use reserved::reserve_cpus;

@@ -2,6 +2,7 @@
 //! Sends requests as they are; never looks inside bodies.
 
 use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -21,10 +22,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const MAX_HEADER_LIST: u32 = 16 << 20;
 
 /// The runtime endpoint and its current connection.
+///
+/// A call only reads `current` to clone the live sender (a `std` lock held for the clone, never
+/// across an `.await`); `dialling` makes the calls that find no live sender dial one at a time.
 #[derive(Debug)]
 pub(crate) struct Upstream {
     path: PathBuf,
-    conn: Mutex<Slot>,
+    current: RwLock<Slot>,
+    dialling: Mutex<()>,
 }
 
 /// The current connection, numbered so a stale failure cannot drop a newer connection.
@@ -39,7 +44,8 @@ impl Upstream {
     pub(crate) fn new(path: PathBuf) -> Self {
         Self {
             path,
-            conn: Mutex::new(Slot::default()),
+            current: RwLock::new(Slot::default()),
+            dialling: Mutex::new(()),
         }
     }
 
@@ -64,7 +70,7 @@ impl Upstream {
                         generation,
                         "runtime connection closed before send, redialling"
                     );
-                    self.forget(generation).await;
+                    self.forget(generation);
                     let (_, mut sender) = self.sender().await?;
                     sender
                         .send_request(req)
@@ -86,20 +92,38 @@ impl Upstream {
 
     /// The live sender, dialling a new connection when there is none or it closed.
     async fn sender(&self) -> Result<(u64, SendRequest<RelayBody>), RelayError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(sender) = slot.sender.as_ref().filter(|s| !s.is_closed()) {
-            return Ok((slot.generation, sender.clone()));
+        if let Some(live) = self.live() {
+            return Ok(live);
         }
-        slot.generation += 1;
-        slot.sender = None;
-        let sender = self.dial(slot.generation).await?;
-        slot.sender = Some(sender.clone());
-        Ok((slot.generation, sender))
+        let _dialling = self.dialling.lock().await;
+        // Another call may have dialled while this one waited.
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        let generation = {
+            let mut slot = self.current.write().unwrap_or_else(PoisonError::into_inner);
+            slot.generation += 1;
+            slot.sender = None;
+            slot.generation
+        };
+        let sender = self.dial(generation).await?;
+        let mut slot = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if slot.generation == generation {
+            slot.sender = Some(sender.clone());
+        }
+        Ok((generation, sender))
+    }
+
+    /// The cached sender and its generation, if it is still open.
+    fn live(&self) -> Option<(u64, SendRequest<RelayBody>)> {
+        let slot = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        let sender = slot.sender.as_ref().filter(|s| !s.is_closed())?;
+        Some((slot.generation, sender.clone()))
     }
 
     /// Drops the sender of `generation` (known dead) so the next call redials.
-    async fn forget(&self, generation: u64) {
-        let mut slot = self.conn.lock().await;
+    fn forget(&self, generation: u64) {
+        let mut slot = self.current.write().unwrap_or_else(PoisonError::into_inner);
         if slot.generation == generation {
             slot.sender = None;
         }

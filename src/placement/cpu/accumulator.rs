@@ -5,7 +5,9 @@
 //! Mirrors `cpu_assignment.go` @08715a58 step for step, including its quirks (a list computed once
 //! per step, `take` charging the size of what it is given).
 
-use super::details::{CpuDetails, CpuTopology};
+use std::collections::BTreeMap;
+
+use super::details::{CpuDetails, CpuTopology, Level};
 use super::CpuError;
 use crate::cpuset::CpuSet;
 
@@ -46,9 +48,7 @@ impl<'a> Accumulator<'a> {
 
     pub(crate) fn take(&mut self, cpus: &CpuSet) {
         self.result = self.result.union(cpus);
-        self.free = self
-            .free
-            .keep_only(&self.free.cpus().difference(&self.result));
+        self.free.remove(&self.result);
         self.needed -= cpus.len() as isize;
     }
 
@@ -57,151 +57,145 @@ impl<'a> Accumulator<'a> {
     }
 
     pub(crate) fn is_failed(&self) -> bool {
-        self.needed > self.free.cpus().len() as isize
+        self.needed > self.free.len() as isize
     }
 
     fn needs_at_least(&self, n: usize) -> bool {
         self.needed >= n as isize
     }
 
-    /// `ids` ordered by free CPUs ascending, ties by id.
-    fn sorted(&self, ids: &CpuSet, free_in: impl Fn(&CpuDetails, &[u32]) -> CpuSet) -> Vec<u32> {
+    /// `ids` ordered by free CPUs ascending (from `free`, one count per element), ties by id.
+    fn sorted(ids: Option<&CpuSet>, free: &BTreeMap<u32, usize>) -> Vec<u32> {
         let mut v: Vec<(usize, u32)> = ids
-            .iter()
-            .map(|id| (free_in(&self.free, &[id]).len(), id))
+            .into_iter()
+            .flat_map(CpuSet::iter)
+            .map(|id| (free.get(&id).copied().unwrap_or(0), id))
             .collect();
         v.sort_unstable();
         v.into_iter().map(|(_, id)| id).collect()
     }
 
     pub(crate) fn sort_numa_nodes(&self) -> Vec<u32> {
+        let free = self.free.count_by(Level::Numa);
         if self.topo.numa_first() {
-            self.sorted(&self.free.numa_nodes(), CpuDetails::cpus_in_numa_nodes)
+            Self::sorted(Some(&self.free.numa_nodes()), &free)
         } else {
+            let numas = self.free.children(Level::Socket, Level::Numa);
             let mut out = Vec::new();
             for socket in self.sort_sockets() {
-                let numas = self.free.numa_nodes_in_sockets(&[socket]);
-                out.extend(self.sorted(&numas, CpuDetails::cpus_in_numa_nodes));
+                out.extend(Self::sorted(numas.get(&socket), &free));
             }
             out
         }
     }
 
     pub(crate) fn sort_sockets(&self) -> Vec<u32> {
+        let free = self.free.count_by(Level::Socket);
         if self.topo.numa_first() {
+            let sockets = self.free.children(Level::Numa, Level::Socket);
             let mut out = Vec::new();
             for numa in self.sort_numa_nodes() {
-                let sockets = self.free.sockets_in_numa_nodes(&[numa]);
-                out.extend(self.sorted(&sockets, CpuDetails::cpus_in_sockets));
+                out.extend(Self::sorted(sockets.get(&numa), &free));
             }
             out
         } else {
-            self.sorted(&self.free.sockets(), CpuDetails::cpus_in_sockets)
+            Self::sorted(Some(&self.free.sockets()), &free)
         }
     }
 
     pub(crate) fn sort_cores(&self) -> Vec<u32> {
+        let free = self.free.count_by(Level::Core);
         let mut out = Vec::new();
         if self.topo.numa_first() {
+            let cores = self.free.children(Level::Socket, Level::Core);
             for socket in self.sort_sockets() {
-                let cores = self.free.cores_in_sockets(&[socket]);
-                out.extend(self.sorted(&cores, CpuDetails::cpus_in_cores));
+                out.extend(Self::sorted(cores.get(&socket), &free));
             }
         } else {
+            let cores = self.free.children(Level::Numa, Level::Core);
             for numa in self.sort_numa_nodes() {
-                let cores = self.free.cores_in_numa_nodes(&[numa]);
-                out.extend(self.sorted(&cores, CpuDetails::cpus_in_cores));
+                out.extend(Self::sorted(cores.get(&numa), &free));
             }
         }
         out
     }
 
     pub(crate) fn sort_uncore_caches(&self) -> Vec<u32> {
+        let free = self.free.count_by(Level::Uncore);
+        let uncores = self.free.children(Level::Numa, Level::Uncore);
         let mut out = Vec::new();
         for numa in self.sort_numa_nodes() {
-            let uncores = self.free.uncore_in_numa_nodes(&[numa]);
-            out.extend(self.sorted(&uncores, CpuDetails::cpus_in_uncore_caches));
+            out.extend(Self::sorted(uncores.get(&numa), &free));
         }
         out
     }
 
     /// Free CPUs in the order single CPUs are taken.
     pub(crate) fn sort_cpus(&self) -> Vec<u32> {
-        let mut out = Vec::new();
-        match self.strategy {
-            SortingStrategy::Packed => {
-                for core in self.sort_cores() {
-                    out.extend(self.free.cpus_in_cores(&[core]).iter());
-                }
-            }
-            SortingStrategy::Spread => {
-                for socket in self.sort_sockets() {
-                    out.extend(self.free.cpus_in_sockets(&[socket]).iter());
-                }
-            }
-        }
-        out
+        let (level, order) = match self.strategy {
+            SortingStrategy::Packed => (Level::Core, self.sort_cores()),
+            SortingStrategy::Spread => (Level::Socket, self.sort_sockets()),
+        };
+        let cpus = self.free.group_by(level);
+        order
+            .into_iter()
+            .filter_map(|id| cpus.get(&id))
+            .flatten()
+            .copied()
+            .collect()
     }
 
-    fn is_free(&self, id: u32, cpus_in: fn(&CpuDetails, &[u32]) -> CpuSet) -> bool {
-        cpus_in(&self.free, &[id]).len() == cpus_in(self.topo.details(), &[id]).len()
+    /// The elements of `sorted` at `level` whose CPUs are all still free.
+    fn whole(&self, level: Level, sorted: Vec<u32>) -> Vec<u32> {
+        let free = self.free.count_by(level);
+        sorted
+            .into_iter()
+            .filter(|id| free.get(id).copied().unwrap_or(0) == self.topo.count_in(level, *id))
+            .collect()
     }
 
     pub(crate) fn free_numa_nodes(&self) -> Vec<u32> {
-        let f = CpuDetails::cpus_in_numa_nodes;
-        self.sort_numa_nodes()
-            .into_iter()
-            .filter(|&id| self.is_free(id, f))
-            .collect()
+        self.whole(Level::Numa, self.sort_numa_nodes())
     }
 
     pub(crate) fn free_sockets(&self) -> Vec<u32> {
-        let f = CpuDetails::cpus_in_sockets;
-        self.sort_sockets()
-            .into_iter()
-            .filter(|&id| self.is_free(id, f))
-            .collect()
+        self.whole(Level::Socket, self.sort_sockets())
     }
 
     pub(crate) fn free_cores(&self) -> Vec<u32> {
-        let f = CpuDetails::cpus_in_cores;
-        self.sort_cores()
-            .into_iter()
-            .filter(|&id| self.is_free(id, f))
-            .collect()
+        self.whole(Level::Core, self.sort_cores())
     }
 
     fn free_uncore_caches(&self) -> Vec<u32> {
-        let f = CpuDetails::cpus_in_uncore_caches;
-        self.sort_uncore_caches()
-            .into_iter()
-            .filter(|&id| self.is_free(id, f))
-            .collect()
+        self.whole(Level::Uncore, self.sort_uncore_caches())
     }
 
     /// Takes every listed whole element whose size fits the remaining need.
-    fn take_full(&mut self, ids: Vec<u32>, cpus_in: fn(&CpuDetails, &[u32]) -> CpuSet) {
+    fn take_full(&mut self, ids: Vec<u32>, level: Level) {
+        let topo = self.topo;
         for id in ids {
-            let cpus = cpus_in(self.topo.details(), &[id]);
+            let Some(cpus) = topo.cpus_in(level, id) else {
+                continue;
+            };
             if self.needs_at_least(cpus.len()) {
-                self.take(&cpus);
+                self.take(cpus);
             }
         }
     }
 
     fn take_full_numa_nodes(&mut self) {
         let ids = self.free_numa_nodes();
-        self.take_full(ids, CpuDetails::cpus_in_numa_nodes);
+        self.take_full(ids, Level::Numa);
     }
 
     fn take_full_sockets(&mut self) {
         let ids = self.free_sockets();
-        self.take_full(ids, CpuDetails::cpus_in_sockets);
+        self.take_full(ids, Level::Socket);
     }
 
     fn take_full_cores(&mut self) {
         let ids = self.free_cores();
-        self.take_full(ids, CpuDetails::cpus_in_cores);
+        self.take_full(ids, Level::Core);
     }
 
     fn take_partial_uncore(&mut self, uncore: u32) {
@@ -222,10 +216,10 @@ impl<'a> Accumulator<'a> {
 
     fn take_uncore_caches(&mut self) {
         for uncore in self.sort_uncore_caches() {
-            let size = self.topo.details().cpus_in_uncore_caches(&[uncore]).len();
+            let size = self.topo.count_in(Level::Uncore, uncore);
             if self.needs_at_least(size) {
                 let ids = self.free_uncore_caches();
-                self.take_full(ids, CpuDetails::cpus_in_uncore_caches);
+                self.take_full(ids, Level::Uncore);
             }
             if self.is_satisfied() {
                 return;

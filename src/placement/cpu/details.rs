@@ -3,8 +3,32 @@
 //!
 //! Owns only queries; never allocates and never changes the machine model.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use crate::cpuset::CpuSet;
 use crate::topology::{CpuInfo, Topology};
+
+/// A level of the CPU hierarchy, named by the [`CpuInfo`] field that holds a CPU's element id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Core,
+    Socket,
+    Numa,
+    Uncore,
+}
+
+impl Level {
+    /// The id of `cpu`'s element at this level.
+    pub fn of(self, cpu: &CpuInfo) -> u32 {
+        match self {
+            Self::Core => cpu.core,
+            Self::Socket => cpu.socket,
+            Self::Numa => cpu.numa,
+            Self::Uncore => cpu.uncore,
+        }
+    }
+}
 
 /// The kubelet header counters (`NumCPUs`, `NumCores`, ...). Normally derived from the CPU map;
 /// kubelet's own test fixtures sometimes set them by hand to values the map disagrees with
@@ -27,8 +51,51 @@ pub struct CpuDetails {
 /// The machine as the CPU manager sees it: the full CPU map and the header counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuTopology {
-    details: CpuDetails,
+    /// Never changes after construction: shared between clones (a node clones its CPU manager
+    /// to roll back a failed admission).
+    details: Arc<CpuDetails>,
     counts: HeaderCounts,
+    /// Derived from `details` once; shared between clones.
+    index: Arc<TopologyIndex>,
+}
+
+/// The CPUs of every core, socket, NUMA node and uncore cache of a CPU map, and the sockets of
+/// every NUMA node, each found by one scan of the map when the topology is built, so that the
+/// allocator's per-element questions ("how many CPUs does core 7 have?") do not rescan the map.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct TopologyIndex {
+    core: BTreeMap<u32, CpuSet>,
+    socket: BTreeMap<u32, CpuSet>,
+    numa: BTreeMap<u32, CpuSet>,
+    uncore: BTreeMap<u32, CpuSet>,
+    sockets_of_numa: BTreeMap<u32, CpuSet>,
+}
+
+impl TopologyIndex {
+    fn build(details: &CpuDetails) -> Self {
+        let mut index = Self::default();
+        for c in &details.cpus {
+            index.core.entry(c.core).or_default().insert(c.id);
+            index.socket.entry(c.socket).or_default().insert(c.id);
+            index.numa.entry(c.numa).or_default().insert(c.id);
+            index.uncore.entry(c.uncore).or_default().insert(c.id);
+            index
+                .sockets_of_numa
+                .entry(c.numa)
+                .or_default()
+                .insert(c.socket);
+        }
+        index
+    }
+
+    fn level(&self, level: Level) -> &BTreeMap<u32, CpuSet> {
+        match level {
+            Level::Core => &self.core,
+            Level::Socket => &self.socket,
+            Level::Numa => &self.numa,
+            Level::Uncore => &self.uncore,
+        }
+    }
 }
 
 impl CpuTopology {
@@ -43,7 +110,12 @@ impl CpuTopology {
             num_numa_nodes: details.numa_nodes().len(),
             num_uncore_caches: details.uncore_caches().len(),
         };
-        Self { details, counts }
+        let index = Arc::new(TopologyIndex::build(&details));
+        Self {
+            details: Arc::new(details),
+            counts,
+            index,
+        }
     }
 
     /// Replaces the derived counters (only kubelet test fixtures need this).
@@ -58,6 +130,22 @@ impl CpuTopology {
 
     pub fn counts(&self) -> HeaderCounts {
         self.counts
+    }
+
+    /// The CPUs of element `id` at `level` (`cpus_in_cores(&[id])` and friends on the whole
+    /// map, from the index); `None` when the machine has no such element.
+    pub fn cpus_in(&self, level: Level, id: u32) -> Option<&CpuSet> {
+        self.index.level(level).get(&id)
+    }
+
+    /// How many CPUs element `id` at `level` has (0 when there is no such element).
+    pub fn count_in(&self, level: Level, id: u32) -> usize {
+        self.cpus_in(level, id).map_or(0, CpuSet::len)
+    }
+
+    /// The sockets NUMA node `numa` spans (`sockets_in_numa_nodes(&[numa])`, from the index).
+    pub fn sockets_of_numa(&self, numa: u32) -> Option<&CpuSet> {
+        self.index.sockets_of_numa.get(&numa)
     }
 
     /// `NumCPUs / NumCores`, 0 without cores.
@@ -105,56 +193,113 @@ impl CpuDetails {
         self.cpus.is_empty()
     }
 
-    fn collect(&self, keep: impl Fn(&CpuInfo) -> bool, field: fn(&CpuInfo) -> u32) -> CpuSet {
-        self.cpus.iter().filter(|c| keep(c)).map(field).collect()
+    /// Number of CPUs in the map.
+    pub fn len(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// Drops the CPUs in `set` from the map.
+    pub fn remove(&mut self, set: &CpuSet) {
+        self.cpus.retain(|c| !set.contains(c.id));
+    }
+
+    /// CPUs per element at `level`, in one scan (elements without CPUs are absent).
+    pub fn count_by(&self, level: Level) -> BTreeMap<u32, usize> {
+        let mut counts = BTreeMap::new();
+        for c in &self.cpus {
+            *counts.entry(level.of(c)).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// CPU ids (ascending) per element at `level`, in one scan.
+    pub fn group_by(&self, level: Level) -> BTreeMap<u32, Vec<u32>> {
+        let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for c in &self.cpus {
+            groups.entry(level.of(c)).or_default().push(c.id);
+        }
+        groups
+    }
+
+    /// For every element at `parent`, the ids of its elements at `child` (e.g. the cores of
+    /// every socket), in one scan.
+    pub fn children(&self, parent: Level, child: Level) -> BTreeMap<u32, CpuSet> {
+        let mut out: BTreeMap<u32, CpuSet> = BTreeMap::new();
+        for c in &self.cpus {
+            out.entry(parent.of(c)).or_default().insert(child.of(c));
+        }
+        out
+    }
+
+    fn collect(&self, field: fn(&CpuInfo) -> u32) -> CpuSet {
+        self.cpus.iter().map(field).collect()
+    }
+
+    /// `field` of the CPUs whose element at `level` is one of `ids`.
+    fn collect_in(&self, level: Level, ids: &[u32], field: fn(&CpuInfo) -> u32) -> CpuSet {
+        if ids.len() <= 8 {
+            return self
+                .cpus
+                .iter()
+                .filter(|c| ids.contains(&level.of(c)))
+                .map(field)
+                .collect();
+        }
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        self.cpus
+            .iter()
+            .filter(|c| sorted.binary_search(&level.of(c)).is_ok())
+            .map(field)
+            .collect()
     }
 
     pub fn cpus(&self) -> CpuSet {
-        self.collect(|_| true, |c| c.id)
+        self.collect(|c| c.id)
     }
     pub fn cores(&self) -> CpuSet {
-        self.collect(|_| true, |c| c.core)
+        self.collect(|c| c.core)
     }
     pub fn sockets(&self) -> CpuSet {
-        self.collect(|_| true, |c| c.socket)
+        self.collect(|c| c.socket)
     }
     pub fn numa_nodes(&self) -> CpuSet {
-        self.collect(|_| true, |c| c.numa)
+        self.collect(|c| c.numa)
     }
     pub fn uncore_caches(&self) -> CpuSet {
-        self.collect(|_| true, |c| c.uncore)
+        self.collect(|c| c.uncore)
     }
 
     pub fn cpus_in_numa_nodes(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.numa), |c| c.id)
+        self.collect_in(Level::Numa, ids, |c| c.id)
     }
     pub fn cpus_in_sockets(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.socket), |c| c.id)
+        self.collect_in(Level::Socket, ids, |c| c.id)
     }
     pub fn cpus_in_cores(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.core), |c| c.id)
+        self.collect_in(Level::Core, ids, |c| c.id)
     }
     pub fn cpus_in_uncore_caches(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.uncore), |c| c.id)
+        self.collect_in(Level::Uncore, ids, |c| c.id)
     }
 
     pub fn sockets_in_numa_nodes(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.numa), |c| c.socket)
+        self.collect_in(Level::Numa, ids, |c| c.socket)
     }
     pub fn numa_nodes_in_sockets(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.socket), |c| c.numa)
+        self.collect_in(Level::Socket, ids, |c| c.numa)
     }
     pub fn cores_in_sockets(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.socket), |c| c.core)
+        self.collect_in(Level::Socket, ids, |c| c.core)
     }
     pub fn cores_in_numa_nodes(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.numa), |c| c.core)
+        self.collect_in(Level::Numa, ids, |c| c.core)
     }
     pub fn uncore_in_numa_nodes(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.numa), |c| c.uncore)
+        self.collect_in(Level::Numa, ids, |c| c.uncore)
     }
     pub fn cores_in_uncore_caches(&self, ids: &[u32]) -> CpuSet {
-        self.collect(|c| ids.contains(&c.uncore), |c| c.core)
+        self.collect_in(Level::Uncore, ids, |c| c.core)
     }
 
     /// The `n` lowest core ids in uncore cache `uncore` (all of them if fewer).
@@ -173,60 +318,4 @@ impl CpuDetails {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cpu(id: u32, core: u32, socket: u32, numa: u32, uncore: u32) -> CpuInfo {
-        CpuInfo {
-            id,
-            core,
-            socket,
-            die: 0,
-            numa,
-            uncore,
-        }
-    }
-
-    /// topoDualSocketHT: even CPUs socket/NUMA 0, odd socket/NUMA 1, siblings c / c+6.
-    fn dual_socket_ht() -> Topology {
-        Topology {
-            cpus: (0..12).map(|i| cpu(i, i % 6, i % 2, i % 2, 0)).collect(),
-            numa: vec![],
-        }
-    }
-
-    #[test]
-    fn derived_counts_and_queries() {
-        let t = CpuTopology::new(&dual_socket_ht());
-        let c = t.counts();
-        assert_eq!(
-            (c.num_cpus, c.num_cores, c.num_sockets, c.num_numa_nodes),
-            (12, 6, 2, 2)
-        );
-        assert_eq!(t.cpus_per_core(), 2);
-        assert!(t.numa_first());
-        let d = t.details();
-        assert_eq!(d.cpus_in_numa_nodes(&[1]).to_string(), "1,3,5,7,9,11");
-        assert_eq!(d.cpus_in_cores(&[2]).to_string(), "2,8");
-        assert_eq!(d.cores_in_sockets(&[0]).to_string(), "0,2,4");
-        assert!(d.are_numa_nodes_in_same_socket(&[0]));
-        assert!(!d.are_numa_nodes_in_same_socket(&[0, 1]));
-        assert!(!d.are_numa_nodes_in_same_socket(&[7]));
-        let free = d.keep_only(&CpuSet::parse("2-5").unwrap());
-        assert_eq!(free.cores().to_string(), "2-5");
-        assert_eq!(free.cores_needed_in_uncore_cache(2, 0).to_string(), "2-3");
-    }
-
-    #[test]
-    fn header_override_changes_cpus_per_core() {
-        let t = CpuTopology::new(&dual_socket_ht()).with_counts(HeaderCounts {
-            num_cpus: 12,
-            num_cores: 12,
-            num_sockets: 1,
-            num_numa_nodes: 2,
-            num_uncore_caches: 1,
-        });
-        assert_eq!(t.cpus_per_core(), 1);
-        assert!(!t.numa_first());
-    }
-}
+mod tests;

@@ -1,8 +1,10 @@
 //! Tests over the whole CPU manager: kubelet's takeByTopology rows and accumulator orderings
 //! (`take`), the shared `T*/S*/P*` vectors (`vectors`), policy behaviour (`policy`) and property
-//! tests (`props`). `fixtures` loads the shared topology JSON (test-only, deliberately tiny).
+//! tests (`props`; `index`: indexes and one-pass counts against brute-force scans). `fixtures`
+//! loads the shared topology JSON (test-only, deliberately tiny).
 
 mod fixtures;
+mod index;
 mod plrm;
 mod policy;
 mod props;
