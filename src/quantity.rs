@@ -115,6 +115,29 @@ impl Quantity {
     }
 }
 
+/// A byte count in the largest binary unit that divides it exactly, as Kubernetes writes
+/// quantities: 64 GiB → "64Gi", 6402822144 → "6252756Ki", 1000 → "1000", 0 → "0".
+pub fn format_binary(bytes: u64) -> String {
+    const UNITS: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    if bytes == 0 {
+        return "0".to_string();
+    }
+    UNITS
+        .iter()
+        .find(|(_, shift)| bytes.trailing_zeros() >= *shift)
+        .map_or_else(
+            || bytes.to_string(),
+            |(suffix, shift)| format!("{}{suffix}", bytes >> shift),
+        )
+}
+
 fn ceil_div(n: i128, d: i128) -> i64 {
     let q = n.div_euclid(d) + i128::from(n.rem_euclid(d) != 0);
     q.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
@@ -231,6 +254,27 @@ mod tests {
         assert!(e("1Xi").contains("unknown suffix"));
         assert!(e("1.2.3").contains("not a number"));
         assert!(e("0.5n").contains("precision"));
+    }
+
+    #[test]
+    fn formats_bytes_in_the_largest_exact_binary_unit() {
+        for (bytes, text) in [
+            (0, "0"),
+            (1000, "1000"),
+            (1024, "1Ki"),
+            (64 << 30, "64Gi"),
+            (6_402_822_144, "6252756Ki"),
+            (3 << 20, "3Mi"),
+        ] {
+            assert_eq!(format_binary(bytes), text);
+            if bytes != 0 {
+                assert_eq!(
+                    Quantity::parse(text).unwrap().value(),
+                    bytes as i64,
+                    "{text} parses back"
+                );
+            }
+        }
     }
 
     #[test]

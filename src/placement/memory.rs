@@ -269,21 +269,7 @@ impl HintProvider for MemoryManager {
 
 /// kubelet's hugepage resource name for a page size in bytes (`hugepages-2Mi`, `hugepages-1Gi`).
 pub fn hugepage_resource_name(size: u64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [
-        ("Ei", 60),
-        ("Pi", 50),
-        ("Ti", 40),
-        ("Gi", 30),
-        ("Mi", 20),
-        ("Ki", 10),
-    ];
-    for (suffix, shift) in SUFFIXES {
-        let unit = 1u64 << shift;
-        if size >= unit && size.is_multiple_of(unit) {
-            return format!("hugepages-{}{suffix}", size / unit);
-        }
-    }
-    format!("hugepages-{size}")
+    format!("hugepages-{}", crate::quantity::format_binary(size))
 }
 
 #[cfg(test)]

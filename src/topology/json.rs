@@ -98,23 +98,7 @@ pub(crate) fn to_string(topology: &Topology) -> Result<String, TopologyError> {
 /// A byte count in the largest binary unit that divides it exactly: 64 GiB → "64Gi",
 /// 6402822144 → "6252756Ki", 1000 → "1000".
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u32); 6] = [
-        ("Ei", 60),
-        ("Pi", 50),
-        ("Ti", 40),
-        ("Gi", 30),
-        ("Mi", 20),
-        ("Ki", 10),
-    ];
-    if bytes == 0 {
-        return "0".to_string();
-    }
-    for (suffix, shift) in UNITS {
-        if bytes.trailing_zeros() >= shift {
-            return format!("{}{suffix}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
+    crate::quantity::format_binary(bytes)
 }
 
 impl TryFrom<TopologyJson> for Topology {

@@ -195,20 +195,8 @@ fn group_by_node(entries: &[(usize, i32, String, Quantity)]) -> Vec<ReservedMemo
 
 /// Bytes in the largest binary unit that divides them exactly ("100Mi", "1Gi", "1500").
 pub(super) fn format_bytes(q: Quantity) -> String {
-    let v = q.value();
-    let units = [
-        ("Ei", 60),
-        ("Pi", 50),
-        ("Ti", 40),
-        ("Gi", 30),
-        ("Mi", 20),
-        ("Ki", 10),
-    ];
-    for (suffix, shift) in units {
-        let unit = 1i64 << shift;
-        if v != 0 && v % unit == 0 {
-            return format!("{}{suffix}", v / unit);
-        }
+    match u64::try_from(q.value()) {
+        Ok(bytes) => crate::quantity::format_binary(bytes),
+        Err(_) => q.value().to_string(),
     }
-    v.to_string()
 }
