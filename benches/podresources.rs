@@ -1,6 +1,7 @@
 //! PodResources `List` with 1,000 pods / 5,000 containers tracked: the time the registry lock is
-//! held (snapshot capture), the in-process answer (capture + build), and the full call over a unix
-//! socket through tonic. After criterion, prints p50/p99/max of each over many calls (criterion
+//! held (a full snapshot capture, and the capture of one changed pod that a rebuild does), the
+//! in-process answer (capture + build), and the full call over a unix socket, with the registry
+//! unchanged and with one pod changed before each call. After criterion, prints p50/p99/max of each over many calls (criterion
 //! reports means and confidence intervals, not tail percentiles).
 
 #[path = "../tests/podresources_support/registry.rs"]
@@ -44,10 +45,19 @@ fn loaded_registry() -> Registry {
     r
 }
 
-/// A mutable use of the registry that changes nothing: moves the epoch like any hook call.
-fn touch(placer: &numa_shim::lifecycle::Placer) {
+/// One pod changes, as when the pool updater records a cpuset it pushed: the registry epoch
+/// moves and that pod's revision with it. Cycles through the pods.
+fn change_one_pod(placer: &numa_shim::lifecycle::Placer, turn: &mut usize) {
     let mut guard = placer.registry();
-    let _: &mut Registry = &mut guard;
+    let registry: &mut Registry = &mut guard;
+    let (id, cpus) = registry
+        .containers()
+        .iter()
+        .nth(*turn % (PODS * CONTAINERS_PER_POD))
+        .map(|(id, c)| (id.clone(), c.cpus.clone()))
+        .unwrap();
+    registry.mark_applied(&id, &cpus);
+    *turn += 1;
 }
 
 fn percentiles(name: &str, mut samples: Vec<Duration>) {
@@ -102,10 +112,11 @@ fn bench(c: &mut Criterion) {
                 .unwrap()
         })
     });
-    // Every call after a change: the registry epoch moves before each List.
+    // Every call after a change: one pod changes before each List.
+    let mut turn = 0;
     group.bench_function("list_over_unix_socket_after_a_change", |b| {
         b.iter(|| {
-            touch(&shared);
+            change_one_pod(&shared, &mut turn);
             rt.block_on(client.list(pr::ListPodResourcesRequest {}))
                 .unwrap()
         })
@@ -113,10 +124,22 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     let mut lock = Vec::new();
+    let mut lock_changed = Vec::new();
     let mut build = Vec::new();
     let mut call = Vec::new();
     let mut changed = Vec::new();
     for _ in 0..1000 {
+        let revisions: std::collections::HashMap<String, u64> = shared.with_registry(|r| {
+            r.pods()
+                .keys()
+                .map(|uid| (uid.clone(), r.revision(uid)))
+                .collect()
+        });
+        change_one_pod(&shared, &mut turn);
+        let known = |uid: &str, rev: u64| revisions.get(uid) == Some(&rev);
+        let t = Instant::now();
+        std::hint::black_box(shared.with_registry(|r| Snapshot::capture_changed(r, &known)));
+        lock_changed.push(t.elapsed());
         let t = Instant::now();
         std::hint::black_box(shared.with_registry(Snapshot::capture));
         lock.push(t.elapsed());
@@ -129,7 +152,7 @@ fn bench(c: &mut Criterion) {
                 .unwrap(),
         );
         call.push(t.elapsed());
-        touch(&shared);
+        change_one_pod(&shared, &mut turn);
         let t = Instant::now();
         std::hint::black_box(
             rt.block_on(client.list(pr::ListPodResourcesRequest {}))
@@ -137,7 +160,8 @@ fn bench(c: &mut Criterion) {
         );
         changed.push(t.elapsed());
     }
-    percentiles("lock held (capture)", lock);
+    percentiles("lock held (full capture)", lock);
+    percentiles("lock held (capture after one pod changed)", lock_changed);
     percentiles("capture + build", build);
     percentiles("List over unix socket, registry unchanged", call);
     percentiles(

@@ -354,7 +354,7 @@ async fn list_stays_consistent_during_admit_remove_churn() {
     let mut lists = 0usize;
     let mut nonempty = 0usize;
     while !done.load(Ordering::SeqCst) {
-        let list = service.list_pods().await;
+        let list = service.list_pods().await.unwrap();
         if let Err(e) = check_consistent(&list) {
             panic!("inconsistent List after {lists} lists: {e}\n{list:?}");
         }
@@ -372,7 +372,7 @@ async fn list_stays_consistent_during_admit_remove_churn() {
     let fresh = numa_shim::podresources::list_response(
         &placer.with_registry(numa_shim::podresources::Snapshot::capture),
     );
-    assert_eq!(service.list_pods().await, fresh);
+    assert_eq!(service.list_pods().await.unwrap(), fresh);
 }
 
 /// The published answer is reused while nothing changes and rebuilt after any change.
@@ -383,17 +383,112 @@ async fn published_answer_follows_the_epoch() {
     let service = PodResourcesService::new(placer.clone(), &options());
     assert!(run(&mut placer.registry(), plrm_pod("a", 3)));
     let first = service.current_list();
+    let same = |a: &bytes::Bytes, b: &bytes::Bytes| a.as_ptr() == b.as_ptr() && a.len() == b.len();
     assert!(
-        Arc::ptr_eq(&first, &service.current_list()),
-        "unchanged registry: same answer"
+        same(&first, &service.current_list()),
+        "unchanged registry: the published bytes themselves"
     );
     let _ = placer.registry().pods().len(); // a read does not invalidate
-    assert!(Arc::ptr_eq(&first, &service.current_list()));
+    assert!(same(&first, &service.current_list()));
     assert!(run(&mut placer.registry(), plrm_pod("b", 2)));
     let second = service.current_list();
-    assert_eq!(second.pod_resources.len(), 2);
+    assert!(!same(&first, &second));
+    assert_eq!(decode(&second).pod_resources.len(), 2);
     support::remove(&mut placer.registry(), "a");
-    assert_eq!(service.current_list().pod_resources.len(), 1);
+    assert_eq!(decode(&service.current_list()).pod_resources.len(), 1);
+}
+
+/// A framed `List` answer decoded.
+fn decode(framed: &bytes::Bytes) -> pr::ListPodResourcesResponse {
+    assert_eq!(framed[0], 0, "uncompressed");
+    let len = u32::from_be_bytes(framed[1..5].try_into().unwrap()) as usize;
+    assert_eq!(len, framed.len() - 5, "length prefix");
+    prost::Message::decode(&framed[5..]).unwrap()
+}
+
+/// After each change the rebuilt answer equals a full capture, and only the pods whose registry
+/// revision moved were copied again.
+#[tokio::test]
+async fn rebuild_copies_only_changed_pods_and_matches_a_full_capture() {
+    use numa_shim::podresources::{list_response, Snapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let placer = support::placer(registry(), dir.path());
+    let service = PodResourcesService::new(placer.clone(), &options());
+    let check = |step: &str| {
+        let fresh = list_response(&placer.with_registry(Snapshot::capture));
+        assert_eq!(decode(&service.current_list()), fresh, "after {step}");
+    };
+    // Revisions as the cache holds them after the previous step.
+    let revisions = |placer: &Arc<numa_shim::lifecycle::Placer>| -> Vec<(String, u64)> {
+        placer.with_registry(|r| {
+            r.pods()
+                .iter()
+                .filter(|(_, p)| p.active)
+                .map(|(uid, _)| (uid.clone(), r.revision(uid)))
+                .collect()
+        })
+    };
+    let copied_since = |before: &[(String, u64)]| -> Vec<String> {
+        let known = |uid: &str, rev: u64| before.iter().any(|(u, r)| u == uid && *r == rev);
+        placer
+            .with_registry(|r| Snapshot::capture_changed(r, &known))
+            .into_iter()
+            .filter(|p| p.entry.is_some())
+            .map(|p| p.uid)
+            .collect()
+    };
+
+    for (i, uid) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        assert!(run(&mut placer.registry(), plrm_pod(uid, 2 + i as u64 % 2)));
+    }
+    assert!(run(
+        &mut placer.registry(),
+        pod("solo", None, vec![app("web", burstable(200))])
+    ));
+    check("admitting five pods");
+
+    let before = revisions(&placer);
+    assert!(run(
+        &mut placer.registry(),
+        pod("e", None, vec![app("x", guaranteed(1000, GI))])
+    ));
+    assert_eq!(copied_since(&before), ["e"], "one pod admitted");
+    check("admitting one more");
+
+    let before = revisions(&placer);
+    support::remove(&mut placer.registry(), "b");
+    assert!(
+        copied_since(&before).is_empty(),
+        "a removed pod is only dropped"
+    );
+    check("removing one");
+
+    let before = revisions(&placer);
+    placer.registry().remove_container("c-excl");
+    assert_eq!(copied_since(&before), ["c"], "one container removed");
+    check("removing a container");
+
+    let before = revisions(&placer);
+    let stopped = {
+        let mut r = placer.registry();
+        r.stop_sandbox("sb-d");
+        r.pods().get("d").is_some_and(|p| !p.active)
+    };
+    assert!(stopped);
+    assert!(
+        copied_since(&before).is_empty(),
+        "a stopped pod is not listed"
+    );
+    check("stopping a pod");
+
+    // A restore changes every pod: all are copied again.
+    let snapshot = placer.registry().snapshot();
+    let before = revisions(&placer);
+    placer.registry().restore(snapshot).unwrap();
+    let mut all: Vec<String> = before.iter().map(|(u, _)| u.clone()).collect();
+    all.sort();
+    assert_eq!(copied_since(&before), all, "restore");
+    check("restoring the checkpoint");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! (patches, runtime updates) after the lock is released. Every method leaves the registry
 //! consistent on its own; reserve → commit or roll back is expressed as two calls.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +107,11 @@ pub struct Registry {
     pods: BTreeMap<String, PodRecord>,
     /// Container id → record.
     containers: BTreeMap<String, ContainerRecord>,
+    /// Pod UID → revision: a fresh number whenever the pod's record, its containers' records
+    /// or its holdings change (see [`Registry::revision`]). Not part of the checkpoint.
+    revisions: HashMap<String, u64>,
+    /// The last revision handed out; also bumped by `restore`, which changes every pod.
+    last_revision: u64,
 }
 
 impl Registry {
@@ -115,7 +120,28 @@ impl Registry {
             node,
             pods: BTreeMap::new(),
             containers: BTreeMap::new(),
+            revisions: HashMap::new(),
+            last_revision: 0,
         }
+    }
+
+    /// The pod's revision: equal values mean nothing readers see of the pod (its record, its
+    /// containers' records, its CPUs and memory) changed in between. Revisions are unique
+    /// across pods and never reused, so a reader can key per-pod caches by `(uid, revision)`.
+    pub fn revision(&self, pod_uid: &str) -> u64 {
+        self.revisions.get(pod_uid).copied().unwrap_or(0)
+    }
+
+    /// Gives the pod a fresh revision: called by every method that changes it.
+    fn touch(&mut self, pod_uid: &str) {
+        self.last_revision += 1;
+        self.revisions
+            .insert(pod_uid.to_string(), self.last_revision);
+    }
+
+    /// Forgets a pod's revision (the pod is gone).
+    fn forget(&mut self, pod_uid: &str) {
+        self.revisions.remove(pod_uid);
     }
 
     pub fn node(&self) -> &Node {
@@ -139,6 +165,7 @@ impl Registry {
             }
         }
         self.node.admit(&spec)?;
+        self.touch(&spec.uid);
         let record = PodRecord {
             spec: spec.clone(),
             source,
@@ -153,6 +180,7 @@ impl Registry {
     pub fn commit_sandbox(&mut self, pod_uid: &str, sandbox_id: &str) {
         if let Some(record) = self.pods.get_mut(pod_uid) {
             record.sandbox_id = Some(sandbox_id.to_string());
+            self.touch(pod_uid);
         }
     }
 
@@ -165,6 +193,7 @@ impl Registry {
         {
             self.release_pod(pod_uid);
             self.pods.remove(pod_uid);
+            self.forget(pod_uid);
         }
     }
 
@@ -187,6 +216,7 @@ impl Registry {
         }
         if record.source == Source::Inferred && !has_container(&record.spec, name) {
             let container = inferred(&record.spec);
+            self.touch(&uid);
             self.extend_inferred(&uid, container)?;
         }
         let placement = self.node.container(&uid, name);
@@ -249,6 +279,7 @@ impl Registry {
         let Some(pod_uid) = self.uid_of_sandbox(sandbox_id) else {
             return;
         };
+        self.touch(&pod_uid);
         let record = ContainerRecord {
             pod_uid,
             name: name.to_string(),
@@ -269,6 +300,8 @@ impl Registry {
     pub fn mark_applied(&mut self, container_id: &str, cpus: &CpuSet) {
         if let Some(record) = self.containers.get_mut(container_id) {
             record.cpus = cpus.clone();
+            let uid = record.pod_uid.clone();
+            self.touch(&uid);
         }
     }
 
@@ -278,6 +311,7 @@ impl Registry {
         let Some(record) = self.containers.remove(container_id) else {
             return;
         };
+        self.touch(&record.pod_uid);
         let newer = self
             .containers
             .values()
@@ -294,6 +328,7 @@ impl Registry {
             if let Some(record) = self.pods.get_mut(&uid) {
                 record.active = false;
             }
+            self.touch(&uid);
         }
     }
 
@@ -303,6 +338,7 @@ impl Registry {
             self.release_pod(&uid);
             self.pods.remove(&uid);
             self.containers.retain(|_, c| c.pod_uid != uid);
+            self.forget(&uid);
         }
     }
 
@@ -350,6 +386,11 @@ impl Registry {
         self.node.restore(snapshot.node)?;
         self.pods = snapshot.pods;
         self.containers = snapshot.containers;
+        self.revisions.clear();
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in &uids {
+            self.touch(uid);
+        }
         Ok(())
     }
 
@@ -379,6 +420,7 @@ impl Registry {
             self.release_pod(uid);
             self.pods.remove(uid);
             self.containers.retain(|_, c| &c.pod_uid != uid);
+            self.forget(uid);
         }
         stale_pods.len() + stale_containers.len()
     }
@@ -410,6 +452,7 @@ impl Registry {
             };
             self.pods.insert(found.pod.uid.clone(), record);
         }
+        self.touch(&found.pod.uid);
         let managed = self.node.container(&found.pod.uid, &found.name).is_some();
         let pinned = found.pinned && !managed;
         if pinned {
@@ -428,6 +471,7 @@ impl Registry {
     }
 
     fn release_pod(&mut self, uid: &str) {
+        self.touch(uid);
         self.node.remove_pod(uid);
         if self
             .pods

@@ -1,8 +1,18 @@
 //! The tonic `v1.PodResourcesLister` service: rate limit, snapshot under the lock, build the
-//! answer without it, merge the kubelet's devices and dynamic resources.
+//! answer without it, merge the kubelet's devices and dynamic resources. `List` is routed
+//! before tonic's generated server so that the published bytes go out as they are.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::HeaderValue;
+use http_body::Frame;
+use http_body_util::StreamBody;
+use tonic::server::NamedService;
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -10,9 +20,10 @@ use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 use tracing::debug;
 
-use super::convert::{allocatable_response, list_response, pod_resources};
+use super::convert::{allocatable_response, pod_resources};
 use super::kubelet::{merge_allocatable, merge_list, merge_pod, KubeletSource};
 use super::limit::RateLimiter;
+use super::published::{self, Published};
 use super::snapshot::{RegistrySource, Snapshot};
 
 use super::{Options, PodResourcesError, RATE_LIMIT_MESSAGE};
@@ -28,8 +39,9 @@ pub struct PodResourcesService<S> {
     source: S,
     limiter: RateLimiter,
     kubelet: Option<KubeletSource>,
-    /// The last `List` answer and the registry epoch it was built at.
-    published: Mutex<Option<(u64, Arc<pr::ListPodResourcesResponse>)>>,
+    /// numa-shim's part of the `List` answer, encoded. Held while it is rebuilt, so that
+    /// concurrent `List`s after a change share one rebuild.
+    published: Mutex<Published>,
 }
 
 impl<S: RegistrySource> PodResourcesService<S> {
@@ -41,43 +53,50 @@ impl<S: RegistrySource> PodResourcesService<S> {
                 .kubelet_socket
                 .as_ref()
                 .map(|p| KubeletSource::new(p, options.kubelet_timeout)),
-            published: Mutex::new(None),
+            published: Mutex::new(Published::default()),
         }
     }
 
-    /// numa-shim's part of the `List` answer: the published one while the registry epoch is
-    /// unchanged, else captured (under the registry lock) and built (without it) afresh.
-    pub fn current_list(&self) -> Arc<pr::ListPodResourcesResponse> {
-        let epoch = self.source.epoch();
-        {
-            let published = self.published.lock().unwrap_or_else(|e| e.into_inner());
-            if let (Some(now), Some((at, response))) = (epoch, published.as_ref()) {
-                if *at == now {
-                    return response.clone();
-                }
-            }
-        }
-        let (epoch, snapshot) = self.source.capture();
-        let response = Arc::new(list_response(&snapshot));
-        if let Some(epoch) = epoch {
-            let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
-            // Keep the newest: a slower builder of an older epoch must not win.
-            if published.as_ref().is_none_or(|(at, _)| *at < epoch) {
-                *published = Some((epoch, response.clone()));
-            }
-        }
-        response
+    /// numa-shim's part of the `List` answer as a framed gRPC message: the published bytes
+    /// while the registry epoch is unchanged, else rebuilt (only pods that changed are copied
+    /// under the registry lock and encoded again).
+    pub fn current_list(&self) -> Bytes {
+        let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        published.current(&self.source)
     }
 
-    /// The `List` answer (no rate limit): what `List` sends.
-    pub async fn list_pods(&self) -> pr::ListPodResourcesResponse {
-        let mut response = Arc::unwrap_or_clone(self.current_list());
-        if let Some(kubelet) = &self.kubelet {
-            if let Some(theirs) = kubelet.list().await {
-                merge_list(&mut response, &theirs);
-            }
+    /// The `List` answer (no rate limit), decoded: what `List` sends.
+    pub async fn list_pods(&self) -> Result<pr::ListPodResourcesResponse, Status> {
+        let framed = self.list_framed().await?;
+        published::decode(&framed).map_err(|e| Status::internal(format!("numa-shim: {e}")))
+    }
+
+    /// The `List` answer (no rate limit) as a framed gRPC message: the published bytes, or,
+    /// when the kubelet answered, those merged with its devices and dynamic resources.
+    async fn list_framed(&self) -> Result<Bytes, Status> {
+        let ours = self.current_list();
+        let Some(kubelet) = &self.kubelet else {
+            return Ok(ours);
+        };
+        let Some(theirs) = kubelet.list().await else {
+            return Ok(ours);
+        };
+        let mut response =
+            published::decode(&ours).map_err(|e| Status::internal(format!("numa-shim: {e}")))?;
+        merge_list(&mut response, &theirs);
+        Ok(published::frame(&response))
+    }
+
+    /// `List` as an HTTP response carrying the framed answer, bypassing tonic's encoder.
+    async fn list_http(&self) -> http::Response<tonic::body::Body> {
+        let framed = match self.admit("List") {
+            Ok(()) => self.list_framed().await,
+            Err(status) => Err(status),
+        };
+        match framed.and_then(|f| within_limit(f, MAX_MESSAGE)) {
+            Ok(framed) => ok_response(framed),
+            Err(status) => status.into_http(),
         }
-        response
     }
 
     fn admit(&self, method: &'static str) -> Result<(), Status> {
@@ -97,7 +116,7 @@ impl<S: RegistrySource> PodResourcesLister for PodResourcesService<S> {
         _request: Request<pr::ListPodResourcesRequest>,
     ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
         self.admit("List")?;
-        Ok(Response::new(self.list_pods().await))
+        Ok(Response::new(self.list_pods().await?))
     }
 
     async fn get_allocatable_resources(
@@ -144,15 +163,88 @@ pub fn not_found(name: &str, namespace: &str) -> String {
     format!("pod {name} in namespace {namespace} not found")
 }
 
+/// A framed answer larger than the 16 MiB limit is refused with a clear status (tonic does the
+/// same for the messages it encodes).
+fn within_limit(framed: Bytes, limit: usize) -> Result<Bytes, Status> {
+    let size = framed.len().saturating_sub(5);
+    if size > limit {
+        return Err(Status::resource_exhausted(format!(
+            "numa-shim: List answer is {size} bytes, over the {limit}-byte message limit"
+        )));
+    }
+    Ok(framed)
+}
+
+/// A unary gRPC answer: the framed message, then `grpc-status: 0` in the trailers.
+fn ok_response(framed: Bytes) -> http::Response<tonic::body::Body> {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let frames = [
+        Ok::<_, Infallible>(Frame::data(framed)),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let body = tonic::body::Body::new(StreamBody::new(tokio_stream::iter(frames)));
+    let mut response = http::Response::new(body);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    response
+}
+
+/// The gRPC path of `List`.
+const LIST_PATH: &str = "/v1.PodResourcesLister/List";
+
+/// tonic's generated server with `List` answered from the published bytes first.
+struct Routed<S> {
+    service: Arc<PodResourcesService<S>>,
+    generated: PodResourcesListerServer<PodResourcesService<S>>,
+}
+
+impl<S> Clone for Routed<S> {
+    fn clone(&self) -> Self {
+        Self {
+            service: self.service.clone(),
+            generated: self.generated.clone(),
+        }
+    }
+}
+
+impl<S> NamedService for Routed<S> {
+    const NAME: &'static str = "v1.PodResourcesLister";
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S: RegistrySource> tower::Service<http::Request<tonic::body::Body>> for Routed<S> {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        if req.uri().path() == LIST_PATH {
+            let service = self.service.clone();
+            return Box::pin(async move { Ok(service.list_http().await) });
+        }
+        Box::pin(self.generated.call(req))
+    }
+}
+
 /// Serves `service` on `listener` until `shutdown` completes.
 pub async fn serve<S: RegistrySource>(
     listener: UnixListener,
     service: PodResourcesService<S>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), PodResourcesError> {
-    let svc = PodResourcesListerServer::new(service)
+    let service = Arc::new(service);
+    let generated = PodResourcesListerServer::from_arc(service.clone())
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
+    let svc = Routed { service, generated };
     Server::builder()
         .add_service(svc)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)

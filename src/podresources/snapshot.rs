@@ -2,7 +2,7 @@
 //! the registry lock (pure copying, no allocation beyond the copy, no I/O); everything after
 //! runs without the lock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use crate::cpuset::CpuSet;
@@ -62,6 +62,24 @@ pub trait RegistrySource: Send + Sync + 'static {
     fn capture(&self) -> (Option<u64>, Snapshot) {
         (None, self.with_registry(Snapshot::capture))
     }
+
+    /// Like [`capture`](Self::capture), but copies only the pods `known` lacks at their
+    /// current revision (see [`Snapshot::capture_changed`]).
+    fn capture_changed(&self, known: &dyn Fn(&str, u64) -> bool) -> (Option<u64>, Vec<Revised>) {
+        (
+            None,
+            self.with_registry(|r| Snapshot::capture_changed(r, known)),
+        )
+    }
+}
+
+/// An active pod at its registry revision, copied only if the caller did not have it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revised {
+    pub uid: String,
+    pub revision: u64,
+    /// `None`: the caller already holds the pod at this revision.
+    pub entry: Option<PodEntry>,
 }
 
 impl RegistrySource for Placer {
@@ -78,6 +96,12 @@ impl RegistrySource for Placer {
         // Read under the lock: no mutation can run between the epoch and the copy.
         let epoch = Placer::epoch(self);
         (Some(epoch), Snapshot::capture(&registry))
+    }
+
+    fn capture_changed(&self, known: &dyn Fn(&str, u64) -> bool) -> (Option<u64>, Vec<Revised>) {
+        let registry = self.registry();
+        let epoch = Placer::epoch(self);
+        (Some(epoch), Snapshot::capture_changed(&registry, known))
     }
 }
 
@@ -102,6 +126,10 @@ impl<T: RegistrySource> RegistrySource for std::sync::Arc<T> {
     fn capture(&self) -> (Option<u64>, Snapshot) {
         (**self).capture()
     }
+
+    fn capture_changed(&self, known: &dyn Fn(&str, u64) -> bool) -> (Option<u64>, Vec<Revised>) {
+        (**self).capture_changed(known)
+    }
 }
 
 impl Snapshot {
@@ -125,6 +153,46 @@ impl Snapshot {
             allocatable_cpus: registry.node().allocatable_cpus(),
             allocatable_memory: registry.node().allocatable_memory(),
         }
+    }
+
+    /// Every active pod in UID order (the order of [`capture`](Self::capture)) with its
+    /// revision; only pods `known(uid, revision)` refuses are copied. After a change to one pod
+    /// this copies one pod and reads each container record once, instead of copying them all.
+    pub fn capture_changed(registry: &Registry, known: &dyn Fn(&str, u64) -> bool) -> Vec<Revised> {
+        let mut pods: Vec<(&PodRecord, Revised)> = registry
+            .pods()
+            .iter()
+            .filter(|(_, p)| p.active)
+            .map(|(uid, p)| {
+                let revision = registry.revision(uid);
+                let revised = Revised {
+                    uid: uid.clone(),
+                    revision,
+                    entry: None,
+                };
+                (p, revised)
+            })
+            .collect();
+        let changed: HashMap<&str, Vec<&ContainerRecord>> = pods
+            .iter()
+            .filter(|(_, r)| !known(&r.uid, r.revision))
+            .map(|(p, _)| (p.spec.uid.as_str(), Vec::new()))
+            .collect();
+        if changed.is_empty() {
+            return pods.into_iter().map(|(_, r)| r).collect();
+        }
+        let mut changed = changed;
+        for record in registry.containers().values() {
+            if let Some(list) = changed.get_mut(record.pod_uid.as_str()) {
+                list.push(record);
+            }
+        }
+        for (record, revised) in &mut pods {
+            if let Some(recorded) = changed.get(record.spec.uid.as_str()) {
+                revised.entry = Some(PodEntry::capture(registry, record, recorded));
+            }
+        }
+        pods.into_iter().map(|(_, r)| r).collect()
     }
 
     /// Copies the active pod `namespace`/`name`, if numa-shim knows it.
