@@ -5,6 +5,10 @@
 //! - `version`: `Version` calls from `--clients` concurrent clients (one connection each).
 //! - `pods`: RunPodSandbox + CreateContainer + StartContainer per pod, one pod at a time,
 //!   alternating targets; every pod is stopped and removed (untimed) right after it is timed.
+//! - `byte-relay`: not a test but a reference: a plain user-space byte relay (one runtime
+//!   connection per client connection, bytes copied both ways, nothing parsed) that `version
+//!   --floor` times as a third target, so the cost of any extra hop on this machine is measured
+//!   beside numa-shim's.
 //!
 //! Talks only to the unix sockets it is given; bounded in calls and in time (`--deadline`).
 
@@ -28,6 +32,10 @@ struct Args {
     /// numa-shim's socket in front of the same runtime.
     #[arg(long, requires = "direct")]
     via: Option<PathBuf>,
+    /// A plain byte relay in front of the same runtime (`byte-relay`), timed as a third
+    /// target by `version`.
+    #[arg(long)]
+    floor: Option<PathBuf>,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     deadline: u64,
@@ -69,6 +77,33 @@ enum Test {
         #[arg(long)]
         log_dir: PathBuf,
     },
+    /// Serves a plain byte relay on `--listen` to `--upstream` until killed.
+    ByteRelay {
+        #[arg(long)]
+        listen: PathBuf,
+        #[arg(long)]
+        upstream: PathBuf,
+    },
+}
+
+/// The reference hop: accept, dial the runtime, copy bytes both ways; one thread, like
+/// numa-shim's default.
+fn byte_relay(listen: &Path, upstream: &Path) -> Result<(), Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::UnixListener::bind(listen)?;
+        loop {
+            let (mut client, _) = listener.accept().await?;
+            let upstream = upstream.to_path_buf();
+            tokio::spawn(async move {
+                if let Ok(mut runtime) = UnixStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut runtime).await;
+                }
+            });
+        }
+    })
 }
 
 async fn connect(path: &Path) -> Result<Client, Error> {
@@ -141,14 +176,14 @@ async fn version_round(clients: &[Client], per_client: usize) -> Result<Vec<Dura
 }
 
 async fn version(
-    sockets: [&Path; 2],
+    sockets: &[(&Path, &'static str)],
     calls: usize,
     clients: usize,
     rounds: usize,
     warmup: usize,
 ) -> Result<(), Error> {
     let mut targets = Vec::new();
-    for path in sockets {
+    for (path, _) in sockets {
         let mut conns = Vec::with_capacity(clients);
         for _ in 0..clients {
             conns.push(connect(path).await?);
@@ -162,7 +197,7 @@ async fn version(
             samples.extend(version_round(conns, per_client).await?);
         }
     }
-    for ((_, samples), name) in targets.into_iter().zip(["direct", "via"]) {
+    for ((_, samples), (_, name)) in targets.into_iter().zip(sockets) {
         report("version", name, clients, samples);
     }
     Ok(())
@@ -309,11 +344,18 @@ async fn pods(
 
 fn main() -> Result<(), Error> {
     let args = Args::parse();
+    if let Some(Test::ByteRelay { listen, upstream }) = &args.test {
+        return byte_relay(listen, upstream);
+    }
     let (Some(test), Some(direct), Some(via)) = (&args.test, &args.direct, &args.via) else {
         eprintln!("relay_load: nothing to do without --direct, --via and a test (integration/bench-relay.sh runs it)");
         return Ok(());
     };
     let sockets = [direct.as_path(), via.as_path()];
+    let mut targets = vec![(direct.as_path(), "direct"), (via.as_path(), "via")];
+    if let Some(floor) = &args.floor {
+        targets.push((floor.as_path(), "floor"));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -326,13 +368,14 @@ fn main() -> Result<(), Error> {
                     clients,
                     rounds,
                     warmup,
-                } => version(sockets, *calls, *clients, *rounds, *warmup).await,
+                } => version(&targets, *calls, *clients, *rounds, *warmup).await,
                 Test::Pods {
                     pods: n,
                     image,
                     cgroup_parent,
                     log_dir,
                 } => pods(sockets, *n, image, cgroup_parent, log_dir).await,
+                Test::ByteRelay { .. } => Ok(()),
             }
         };
         tokio::time::timeout(Duration::from_secs(args.deadline), work)

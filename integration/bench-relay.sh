@@ -69,13 +69,22 @@ ctrd_pid=$(cat "$IT_RUN/pids/containerd")
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
+# The reference hop: a plain byte relay (relay_load byte-relay) in front of the same containerd,
+# timed as a third Version target ("floor"): what any extra user-space hop costs on this machine.
+floor=$IT_RUN/byte-relay.sock
+"$bench_bin/relay_load" byte-relay --listen "$floor" --upstream "$IT_SOCK" \
+    >"$IT_LOGS/byte-relay.log" 2>&1 &
+echo $! >"$IT_RUN/pids/byte-relay"
+it_wait_socket "$floor" 30 || it_die "the byte relay did not answer on $floor"
+
 load=("$bench_bin/relay_load" --direct "$IT_SOCK" --via "$shim")
 : >"$out/results.jsonl"
 # 16 clients (the target's load), then 1 client (the hop alone, without queueing for the CPUs).
 for c in "$clients" 1; do
     it_log "Version: $calls calls per side, $c clients"
     t0=$(cpu_ticks "$shim_pid")
-    timeout 600 "${load[@]}" --deadline 540 version --calls "$calls" --clients "$c" | tee -a "$out/results.jsonl"
+    timeout 600 "${load[@]}" --floor "$floor" --deadline 540 version --calls "$calls" --clients "$c" |
+        tee -a "$out/results.jsonl"
     t1=$(cpu_ticks "$shim_pid")
     # Only the "via" calls (calls + warm-up) pass through numa-shim.
     awk -v c="$c" -v t="$((t1 - t0))" -v hz="$hz" -v n="$((calls + 50 * c))" \
@@ -107,7 +116,7 @@ print("| test | clients | side | n | p50 µs | p90 µs | p99 µs | mean µs | ma
 print("| --- | --: | --- | --: | --: | --: | --: | --: | --: |")
 keys = sorted({(t, c) for (t, s, c) in by if s}, key=lambda k: (k[0] != "version", -k[1]))
 for t, c in keys:
-    for s in ("direct", "via"):
+    for s in ("direct", "via", "floor"):
         r = by.get((t, s, c))
         if r:
             print(f"| {t} | {c} | {s} | {r['n']} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | {r['p99_us']:.0f} | {r['mean_us']:.0f} | {r['max_us']:.0f} |")
@@ -120,6 +129,10 @@ for t, c in keys:
         a50, a99 = v["p50_us"] - d["p50_us"], v["p99_us"] - d["p99_us"]
         cpu = by.get(("shim-cpu", None, c))
         extra = f"; numa-shim CPU {cpu['cpu_us_per_call']:.0f} µs per relayed call" if cpu else ""
+        f = by.get((t, "floor", c))
+        if f:
+            extra += (f"; a plain byte relay adds p50 {f['p50_us'] - d['p50_us']:.0f} µs, "
+                      f"p99 {f['p99_us'] - d['p99_us']:.0f} µs")
         print(f"- Version, {c} clients, added latency: p50 {a50:.0f} µs (target ≤ 50: {'met' if a50 <= 50 else 'MISSED'}), "
               f"p99 {a99:.0f} µs (target ≤ 250: {'met' if a99 <= 250 else 'MISSED'}){extra}")
     else:
