@@ -11,6 +11,7 @@
 mod convert;
 mod kubelet;
 mod limit;
+mod published;
 mod server;
 mod snapshot;
 
@@ -21,7 +22,7 @@ pub use convert::{allocatable_response, cpu_ids, list_response, memory, pod_reso
 pub use kubelet::{merge_allocatable, merge_list, merge_pod, KubeletSource, WARN_EVERY};
 pub use limit::RateLimiter;
 pub use server::{not_found, serve, PodResourcesService, MAX_MESSAGE};
-pub use snapshot::{ContainerEntry, PodEntry, RegistrySource, Snapshot};
+pub use snapshot::{ContainerEntry, PodEntry, RegistrySource, Revised, Snapshot};
 
 /// Where numa-shim serves PodResources when nothing else is configured: under its state directory.
 pub const DEFAULT_SOCKET: &str = "/var/lib/numa-shim/pod-resources/kubelet.sock";
