@@ -188,6 +188,13 @@ impl MemoryManager {
         (!mask.is_empty()).then_some(mask)
     }
 
+    /// Whether the manager holds anything for the pod (blocks or reusable memory).
+    pub fn holds_pod(&self, pod_uid: &str) -> bool {
+        self.state.containers.contains_key(pod_uid)
+            || self.state.pods.contains_key(pod_uid)
+            || self.reusable.contains_key(pod_uid)
+    }
+
     /// Releases every container of the pod (and its bubble).
     pub fn remove_pod(&mut self, pod_uid: &str) {
         let names: Vec<String> = self

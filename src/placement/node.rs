@@ -144,7 +144,11 @@ impl Node {
                 .placement(&pod.uid)
                 .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)));
         }
-        let saved = (self.cpu.clone(), self.memory.clone());
+        // A pod that holds nothing yet is undone by releasing what it got (the managers'
+        // release rules restore their state exactly; the property tests check it). Anything
+        // else (e.g. a bubble restored from a checkpoint) is undone from a copy.
+        let saved = (self.cpu.holds_pod(&pod.uid) || self.memory.holds_pod(&pod.uid))
+            .then(|| (self.cpu.clone(), self.memory.clone()));
         match self.admit_inner(pod) {
             Ok(hints) => {
                 let live = containers(pod).map(|c| c.name.clone()).collect();
@@ -159,7 +163,13 @@ impl Node {
                     .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)))
             }
             Err(e) => {
-                (self.cpu, self.memory) = saved;
+                match saved {
+                    Some(saved) => (self.cpu, self.memory) = saved,
+                    None => {
+                        self.cpu.release_pod(&pod.uid);
+                        self.memory.remove_pod(&pod.uid);
+                    }
+                }
                 tracing::debug!(pod = %pod.uid, reason = e.reason(), "rejected");
                 Err(e)
             }

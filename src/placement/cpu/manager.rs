@@ -295,6 +295,32 @@ impl CpuManager {
     }
 
     /// kubelet's `RemoveContainer`.
+    /// Whether the manager holds anything for the pod (an assignment or a bubble).
+    pub fn holds_pod(&self, pod_uid: &str) -> bool {
+        self.state.entries.contains_key(pod_uid)
+            || self.state.pod_entries.contains_key(pod_uid)
+            || self.cpus_to_reuse.contains_key(pod_uid)
+    }
+
+    /// Gives back everything the pod holds, by the same rules as removing each container; a
+    /// bubble without assignments goes back too. Undoes a failed admission of a pod that held
+    /// nothing before it.
+    pub fn release_all(&mut self, pod_uid: &str) {
+        let names: Vec<String> = self
+            .state
+            .entries
+            .get(pod_uid)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for name in names {
+            self.remove(pod_uid, &name);
+        }
+        if let Some(bubble) = self.state.pod_entries.remove(pod_uid) {
+            self.state.default_cpu_set = self.state.default_cpu_set.union(&bubble);
+        }
+        self.cpus_to_reuse.remove(pod_uid);
+    }
+
     fn remove(&mut self, pod_uid: &str, name: &str) {
         let Some(containers) = self.state.entries.get_mut(pod_uid) else {
             return;

@@ -120,6 +120,14 @@ impl CpuBackend {
             .unwrap_or_default()
     }
 
+    pub(super) fn holds_pod(&self, pod_uid: &str) -> bool {
+        self.manager.holds_pod(pod_uid)
+    }
+
+    pub(super) fn release_pod(&mut self, pod_uid: &str) {
+        self.manager.release_all(pod_uid);
+    }
+
     pub(super) fn state(&self) -> CpuState {
         self.manager.snapshot()
     }
