@@ -40,7 +40,7 @@ mod state;
 pub use accumulator::{take_packed, SortingStrategy};
 pub use details::{CpuDetails, CpuTopology, HeaderCounts, Level};
 pub use distributed::take_distributed;
-pub use manager::CpuManager;
+pub use manager::{CpuManager, CpuUndo};
 pub use reserved::reserve_cpus;
 pub use state::{ContainerAssignment, CpuState};
 

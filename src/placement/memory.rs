@@ -88,6 +88,13 @@ pub struct MemoryState {
 /// Pod UID → NUMA mask → resource → reusable bytes of finished regular init containers.
 type Reusable = BTreeMap<String, BTreeMap<NumaMask, BTreeMap<String, u64>>>;
 
+/// Saved by [`MemoryManager::undo_point`] before an admission.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryUndo {
+    machine: BTreeMap<u32, NumaState>,
+    reusable: Reusable,
+}
+
 /// The Memory Manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryManager {
@@ -193,6 +200,27 @@ impl MemoryManager {
         self.state.containers.contains_key(pod_uid)
             || self.state.pods.contains_key(pod_uid)
             || self.reusable.contains_key(pod_uid)
+    }
+
+    /// What [`MemoryManager::undo_pod`] needs: the machine table (its size depends on the NUMA
+    /// nodes and memory types, not on the pods) and the init-container reuse map (at most one
+    /// pod's entry).
+    pub fn undo_point(&self) -> MemoryUndo {
+        MemoryUndo {
+            machine: self.state.machine.clone(),
+            reusable: self.reusable.clone(),
+        }
+    }
+
+    /// Undoes a failed admission of a pod that held nothing before it. The machine table is put
+    /// back as it was rather than released block by block: a release takes memory back from the
+    /// lowest node of a multi-NUMA group, which is not always the node the allocation charged
+    /// when another pod shares the group.
+    pub fn undo_pod(&mut self, pod_uid: &str, undo: MemoryUndo) {
+        self.state.containers.remove(pod_uid);
+        self.state.pods.remove(pod_uid);
+        self.state.machine = undo.machine;
+        self.reusable = undo.reusable;
     }
 
     /// Releases every container of the pod (and its bubble).

@@ -13,8 +13,8 @@ pub use placement::{ContainerPlacement, CpuQuota, Isolation, PodPlacement};
 
 use self::cpus::CpuBackend;
 use super::config::{Config, TopologyPolicy, TopologyScope};
-use super::cpu::{CpuError, CpuState};
-use super::memory::{Block, MemoryError, MemoryManager, MemoryState};
+use super::cpu::{CpuError, CpuState, CpuUndo};
+use super::memory::{Block, MemoryError, MemoryManager, MemoryState, MemoryUndo};
 use super::topology_manager::{TopologyManager, TopologyManagerError};
 use super::{AdmissionError, ContainerSpec, HintProvider, NumaMask, PodSpec, TopologyHint};
 use crate::cpuset::CpuSet;
@@ -85,6 +85,14 @@ pub struct NodeSnapshot {
     pods: BTreeMap<String, AdmittedPod>,
 }
 
+/// How [`Node::admit`] puts the managers back when an admission fails.
+enum Rollback {
+    /// The pod held something before: the whole state as it was.
+    Copy(Box<(CpuBackend, MemoryManager)>),
+    /// The pod held nothing: give back what it got, then put back the small tables.
+    Undo(CpuUndo, MemoryUndo),
+}
+
 /// The machine's resource managers.
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -144,11 +152,14 @@ impl Node {
                 .placement(&pod.uid)
                 .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)));
         }
-        // A pod that holds nothing yet is undone by releasing what it got (the managers'
-        // release rules restore their state exactly; the property tests check it). Anything
-        // else (e.g. a bubble restored from a checkpoint) is undone from a copy.
-        let saved = (self.cpu.holds_pod(&pod.uid) || self.memory.holds_pod(&pod.uid))
-            .then(|| (self.cpu.clone(), self.memory.clone()));
+        // A pod that holds nothing yet is undone by giving back what it got plus the small
+        // per-node tables saved here (their size does not grow with the pods on the node).
+        // Anything else (e.g. a bubble restored from a checkpoint) is undone from a copy.
+        let rollback = if self.cpu.holds_pod(&pod.uid) || self.memory.holds_pod(&pod.uid) {
+            Rollback::Copy(Box::new((self.cpu.clone(), self.memory.clone())))
+        } else {
+            Rollback::Undo(self.cpu.undo_point(), self.memory.undo_point())
+        };
         match self.admit_inner(pod) {
             Ok(hints) => {
                 let live = containers(pod).map(|c| c.name.clone()).collect();
@@ -163,11 +174,11 @@ impl Node {
                     .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)))
             }
             Err(e) => {
-                match saved {
-                    Some(saved) => (self.cpu, self.memory) = saved,
-                    None => {
-                        self.cpu.release_pod(&pod.uid);
-                        self.memory.remove_pod(&pod.uid);
+                match rollback {
+                    Rollback::Copy(saved) => (self.cpu, self.memory) = *saved,
+                    Rollback::Undo(cpu, memory) => {
+                        self.cpu.undo_pod(&pod.uid, cpu);
+                        self.memory.undo_pod(&pod.uid, memory);
                     }
                 }
                 tracing::debug!(pod = %pod.uid, reason = e.reason(), "rejected");

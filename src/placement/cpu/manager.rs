@@ -18,6 +18,12 @@ use crate::placement::qos::{self, IsolationLevel, PodQos};
 use crate::placement::{AdmissionError, HintProvider, ResourceHints, TopologyHint};
 use crate::topology::Topology;
 
+/// Saved by [`CpuManager::undo_point`] before an admission.
+#[derive(Debug, Clone, Default)]
+pub struct CpuUndo {
+    cpus_to_reuse: BTreeMap<String, CpuSet>,
+}
+
 /// The CPU manager with the `static` policy (or inert with policy `none`).
 #[derive(Debug, Clone)]
 pub struct CpuManager {
@@ -294,7 +300,6 @@ impl CpuManager {
         Ok(())
     }
 
-    /// kubelet's `RemoveContainer`.
     /// Whether the manager holds anything for the pod (an assignment or a bubble).
     pub fn holds_pod(&self, pod_uid: &str) -> bool {
         self.state.entries.contains_key(pod_uid)
@@ -302,10 +307,18 @@ impl CpuManager {
             || self.cpus_to_reuse.contains_key(pod_uid)
     }
 
-    /// Gives back everything the pod holds, by the same rules as removing each container; a
-    /// bubble without assignments goes back too. Undoes a failed admission of a pod that held
-    /// nothing before it.
-    pub fn release_all(&mut self, pod_uid: &str) {
+    /// What [`CpuManager::undo_pod`] needs besides the pod's own holdings: the init-container
+    /// reuse map (at most one pod's entry, kubelet's one-pod-at-a-time `cpusToReuse`).
+    pub fn undo_point(&self) -> CpuUndo {
+        CpuUndo {
+            cpus_to_reuse: self.cpus_to_reuse.clone(),
+        }
+    }
+
+    /// Undoes a failed admission of a pod that held nothing before it: everything it got goes
+    /// back by the rules of removing each container (CPU sets come back exactly whatever the
+    /// order), a bubble without assignments too, and the reuse map is put back.
+    pub fn undo_pod(&mut self, pod_uid: &str, undo: CpuUndo) {
         let names: Vec<String> = self
             .state
             .entries
@@ -318,9 +331,10 @@ impl CpuManager {
         if let Some(bubble) = self.state.pod_entries.remove(pod_uid) {
             self.state.default_cpu_set = self.state.default_cpu_set.union(&bubble);
         }
-        self.cpus_to_reuse.remove(pod_uid);
+        self.cpus_to_reuse = undo.cpus_to_reuse;
     }
 
+    /// kubelet's `RemoveContainer`.
     fn remove(&mut self, pod_uid: &str, name: &str) {
         let Some(containers) = self.state.entries.get_mut(pod_uid) else {
             return;

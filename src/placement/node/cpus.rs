@@ -3,7 +3,7 @@
 
 use crate::cpuset::CpuSet;
 use crate::placement::config::{Config, CpuPolicy, ReservedCpus};
-use crate::placement::cpu::{ContainerAssignment, CpuError, CpuManager, CpuState};
+use crate::placement::cpu::{ContainerAssignment, CpuError, CpuManager, CpuState, CpuUndo};
 use crate::placement::qos::IsolationLevel;
 use crate::placement::{
     AdmissionError, ContainerSpec, HintProvider, PodSpec, ResourceHints, TopologyHint,
@@ -124,8 +124,12 @@ impl CpuBackend {
         self.manager.holds_pod(pod_uid)
     }
 
-    pub(super) fn release_pod(&mut self, pod_uid: &str) {
-        self.manager.release_all(pod_uid);
+    pub(super) fn undo_point(&self) -> CpuUndo {
+        self.manager.undo_point()
+    }
+
+    pub(super) fn undo_pod(&mut self, pod_uid: &str, undo: CpuUndo) {
+        self.manager.undo_pod(pod_uid, undo);
     }
 
     pub(super) fn state(&self) -> CpuState {

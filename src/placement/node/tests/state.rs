@@ -189,3 +189,52 @@ fn a_pod_admitted_without_containers_can_be_removed_and_admitted_again() {
     let main = n.container("p", "main").expect("the new spec was admitted");
     assert!(main.exclusive && main.cpus.len() == 2, "{main:?}");
 }
+
+/// A rejected admission leaves the node exactly as it was, also when the pod's memory was
+/// charged to a multi-NUMA group another pod already uses: charging fills the group's nodes
+/// lowest first from what is free, and giving memory back block by block would not return it to
+/// the node it came from.
+#[test]
+fn rejected_admission_in_a_shared_memory_group_restores_the_node() {
+    let mut n = node(with_memory(static_config(
+        TopologyPolicy::BestEffort,
+        TopologyScope::Container,
+    )));
+    // 10Gi spans both nodes (7Gi allocatable each): node 0 full, node 1 with 3Gi charged.
+    let wide = pod(
+        "wide",
+        vec![],
+        vec![gu("big", ContainerRole::App, 2000, 10 * GI)],
+        None,
+    );
+    n.admit(&wide).unwrap();
+    let before = n.snapshot();
+    // "a" (1Gi) lands in the same group, on node 1; "b" asks for more CPUs than exist.
+    let failing = pod(
+        "failing",
+        vec![],
+        vec![
+            gu("a", ContainerRole::App, 1000, GI),
+            gu("b", ContainerRole::App, 20_000, GI),
+        ],
+        None,
+    );
+    assert!(n.admit(&failing).is_err());
+    assert_eq!(n.snapshot(), before);
+    // And the node still decides as before: the same pod without "b" gets the same place.
+    let mut fresh = node(with_memory(static_config(
+        TopologyPolicy::BestEffort,
+        TopologyScope::Container,
+    )));
+    fresh.admit(&wide).unwrap();
+    let alone = pod(
+        "alone",
+        vec![],
+        vec![gu("a", ContainerRole::App, 1000, GI)],
+        None,
+    );
+    assert_eq!(
+        n.admit(&alone).unwrap().containers,
+        fresh.admit(&alone).unwrap().containers
+    );
+}
