@@ -163,12 +163,13 @@ pub fn not_found(name: &str, namespace: &str) -> String {
     format!("pod {name} in namespace {namespace} not found")
 }
 
-/// A framed answer larger than the 16 MiB limit is refused with a clear status (tonic does the
-/// same for the messages it encodes).
+/// A framed answer larger than the 16 MiB limit is refused with OUT_OF_RANGE, the code tonic
+/// gives a message it cannot encode (RESOURCE_EXHAUSTED would read as the rate limit, which a
+/// client retries).
 fn within_limit(framed: Bytes, limit: usize) -> Result<Bytes, Status> {
     let size = framed.len().saturating_sub(5);
     if size > limit {
-        return Err(Status::resource_exhausted(format!(
+        return Err(Status::out_of_range(format!(
             "numa-shim: List answer is {size} bytes, over the {limit}-byte message limit"
         )));
     }
@@ -250,4 +251,18 @@ pub async fn serve<S: RegistrySource>(
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_over_the_limit_are_out_of_range() {
+        let framed = Bytes::from(vec![0u8; 5 + 11]);
+        assert_eq!(within_limit(framed.clone(), 11).unwrap(), framed);
+        let err = within_limit(framed, 10).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::OutOfRange);
+        assert!(err.message().contains("11 bytes"), "{}", err.message());
+    }
 }
