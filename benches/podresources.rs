@@ -122,6 +122,23 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+    // Not PodResources: what the pool gauges cost at this size. The lifecycle hook publishes
+    // them after every admission and release: counted under the registry lock, then published.
+    // For comparison, the same gauges from the full placement view (how they were computed
+    // before).
+    let metrics = numa_shim::telemetry::Metrics::new();
+    c.bench_function("pool_gauges_1000_pods/count_and_publish", |b| {
+        b.iter(|| {
+            let pools = shared.with_registry(numa_shim::inspect::pool_counts);
+            numa_shim::inspect::publish_pool_counts(&pools, &metrics);
+        })
+    });
+    c.bench_function("pool_gauges_1000_pods/view_and_publish", |b| {
+        b.iter(|| {
+            let view = shared.with_registry(numa_shim::inspect::PlacementView::from_registry);
+            numa_shim::inspect::publish_pools(&view, &metrics);
+        })
+    });
 
     let mut lock = Vec::new();
     let mut lock_changed = Vec::new();

@@ -144,7 +144,7 @@ impl PlacementView {
 
 /// Memory accounting on NUMA node `id`: the Memory Manager's table, with the assigned bytes
 /// split into pod budgets and the rest. Blocks spanning several nodes count evenly on each.
-fn memory(node: &Node, id: u32) -> Vec<MemoryView> {
+pub(super) fn memory(node: &Node, id: u32) -> Vec<MemoryView> {
     let state = node.memory_manager().state();
     let Some(numa) = state.machine.get(&id) else {
         return Vec::new();

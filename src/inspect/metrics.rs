@@ -7,49 +7,28 @@
 //! exclusive CPU slice or memory pinning of a container outside any pod budget counts one with
 //! `source=node`.
 
-use super::build::is_memory;
-use super::{Owner, PlacementView};
+use super::pools::{view_pool_counts, NumaPools, POOLS};
+use super::PlacementView;
 use crate::placement::node::{Isolation, Node};
-use crate::telemetry::{AssignmentType, Metrics, Pool, ResourceName, Source};
+use crate::telemetry::{AssignmentType, Metrics, ResourceName, Source};
 
 /// Replaces every pool gauge with the counts of `view`.
 pub fn publish_pools(view: &PlacementView, metrics: &Metrics) {
-    metrics.clear_pools();
-    for n in &view.numa_nodes {
-        let mut counts = [0u64; 4];
-        for c in &n.cpus {
-            let pool = match &c.owner {
-                Owner::Reserved => Pool::Reserved,
-                Owner::Shared => Pool::Shared,
-                Owner::Exclusive {
-                    in_pod_budget: false,
-                    ..
-                } => Pool::Exclusive,
-                Owner::Exclusive { .. } | Owner::PodPool { .. } => Pool::Pod,
-                Owner::Unavailable => continue,
-            };
-            counts[index(pool)] += 1;
-        }
-        for pool in POOLS {
-            metrics.set_pool_cpus(n.id, pool, counts[index(pool)]);
-        }
-        for m in n.memory.iter().filter(|m| is_memory(m)) {
-            metrics.set_pool_memory_bytes(n.id, Pool::Reserved, m.system_reserved);
-            metrics.set_pool_memory_bytes(n.id, Pool::Shared, m.free);
-            metrics.set_pool_memory_bytes(n.id, Pool::Exclusive, m.exclusive);
-            metrics.set_pool_memory_bytes(n.id, Pool::Pod, m.pod);
-        }
-    }
+    publish_pool_counts(&view_pool_counts(view), metrics);
 }
 
-const POOLS: [Pool; 4] = [Pool::Reserved, Pool::Shared, Pool::Exclusive, Pool::Pod];
-
-fn index(pool: Pool) -> usize {
-    match pool {
-        Pool::Reserved => 0,
-        Pool::Shared => 1,
-        Pool::Exclusive => 2,
-        Pool::Pod => 3,
+/// Replaces every pool gauge with `pools` (see [`pool_counts`](super::pool_counts)).
+pub fn publish_pool_counts(pools: &[NumaPools], metrics: &Metrics) {
+    metrics.clear_pools();
+    for n in pools {
+        for (pool, count) in POOLS.into_iter().zip(n.cpus) {
+            metrics.set_pool_cpus(n.id, pool, count);
+        }
+        if let Some(memory) = n.memory {
+            for (pool, bytes) in POOLS.into_iter().zip(memory) {
+                metrics.set_pool_memory_bytes(n.id, pool, bytes);
+            }
+        }
     }
 }
 

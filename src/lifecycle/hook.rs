@@ -104,10 +104,11 @@ impl Placer {
         self.pool_changed.notify_one();
     }
 
-    /// Sets the per-NUMA pool gauges from the registry.
+    /// Sets the per-NUMA pool gauges from the registry (counted under the lock, published
+    /// after it).
     pub fn publish_pools(&self) {
-        let view = crate::inspect::PlacementView::from_registry(&self.registry());
-        crate::inspect::publish_pools(&view, &self.metrics);
+        let pools = crate::inspect::pool_counts(&self.registry());
+        crate::inspect::publish_pool_counts(&pools, &self.metrics);
     }
 
     /// Counts an admission: its exclusive allocations, or one allocation error.

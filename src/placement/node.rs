@@ -15,6 +15,7 @@ use self::cpus::CpuBackend;
 use super::config::{Config, TopologyPolicy, TopologyScope};
 use super::cpu::{CpuError, CpuState, CpuUndo};
 use super::memory::{Block, MemoryError, MemoryManager, MemoryState, MemoryUndo};
+use super::qos::IsolationLevel;
 use super::topology_manager::{TopologyManager, TopologyManagerError};
 use super::{AdmissionError, ContainerSpec, HintProvider, NumaMask, PodSpec, TopologyHint};
 use crate::cpuset::CpuSet;
@@ -311,6 +312,19 @@ impl Node {
         let c = containers(&record.spec).find(|c| c.name == name)?;
         let hint = record.hints.get(name).copied().map(TopologyHint::from);
         Some(placement::container_placement(self, &record.spec, c, hint))
+    }
+
+    /// The CPUs of the pod's live containers that hold exclusive slices: what
+    /// [`Node::placement`] marks `exclusive`, without building the placement.
+    pub fn exclusive_cpus(&self, pod_uid: &str) -> CpuSet {
+        let Some(record) = self.pods.get(pod_uid) else {
+            return CpuSet::new();
+        };
+        containers(&record.spec)
+            .filter(|c| record.live.contains(&c.name))
+            .filter(|c| self.cpu.isolation(&record.spec, c) == IsolationLevel::Container)
+            .filter_map(|c| self.cpu.container_cpus(pod_uid, &c.name))
+            .fold(CpuSet::new(), |acc, cpus| acc.union(&cpus))
     }
 
     /// The pod-level CPU bubble (PLRM pod scope), if the pod has one. Cheaper than
