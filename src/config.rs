@@ -34,6 +34,9 @@ pub struct Config {
     pub logging: Option<Logging>,
     /// `text` or `json` (same as `logging.format`).
     pub log_format: Option<LogFormat>,
+    /// A tracing filter, e.g. `info` or `info,numa_shim::relay=debug` (same as `logging.level`;
+    /// unset: `RUST_LOG`, else `info`). Applied on SIGHUP.
+    pub log_level: Option<String>,
     /// Where the checkpoint lives (default /var/lib/numa-shim).
     pub state_dir: Option<PathBuf>,
     /// A topology JSON file or a sysfs root to take the machine from (default /sys).
@@ -88,6 +91,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "shutdownGracePeriod",
     "logging",
     "logFormat",
+    "logLevel",
     "stateDir",
     "topology",
     "podKnowledge",
@@ -124,6 +128,8 @@ pub const KNOWN_KEYS: &[&str] = &[
 pub struct Logging {
     /// `text` (default) or `json`.
     pub format: Option<LogFormat>,
+    /// As `logLevel`.
+    pub level: Option<String>,
 }
 
 pub use crate::telemetry::LogFormat;

@@ -79,7 +79,18 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
         ("driftPeriod: fast", "driftPeriod", "duration"),
         ("logFormat: xml", "logFormat", "xml"),
         ("logging: {format: xml}", "logging", "xml"),
-        ("logging: {level: debug}", "logging", "level"),
+        ("logging: {verbosity: 4}", "logging", "verbosity"),
+        (
+            "logLevel: \"numa_shim=[\"",
+            "logLevel",
+            "invalid log filter",
+        ),
+        ("logLevel: \" \"", "logLevel", "empty"),
+        (
+            "logLevel: debug\nlogging: {level: info}",
+            "logLevel",
+            "disagrees",
+        ),
         (
             "logFormat: json\nlogging: {format: text}",
             "logFormat",
@@ -134,7 +145,8 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
 fn good_values_pass() {
     let text = "listen: unix:///run/numa-shim/cri.sock\nruntime: /run/containerd/containerd.sock\n\
                 socketMode: \"0660\"\nsocketGroup: 0\nshutdownGracePeriod: 1m30s\ndriftPeriod: 500ms\n\
-                logFormat: json\nlogging: {format: json}\nstateDir: /var/lib/numa-shim\n\
+                logFormat: json\nlogging: {format: json, level: \"info,numa_shim::relay=debug\"}\n\
+                logLevel: \"info,numa_shim::relay=debug\"\nstateDir: /var/lib/numa-shim\n\
                 topology: /sys\npodKnowledge: cri\npodsApiSocket: /p.sock\npodResourcesSocket: /r.sock\n\
                 metricsAddress: \"[::1]:9464\"\napiVersion: kubelet.config.k8s.io/v1beta1\n\
                 kind: KubeletConfiguration\n";

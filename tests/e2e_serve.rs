@@ -227,3 +227,98 @@ async fn serve_from_the_raw_fixture_json_without_the_memory_manager() {
     serve.stop().await;
     runtime.stop().await;
 }
+
+/// A free TCP port on loopback (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /healthz` on `port` answers.
+async fn healthz(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    let request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if s.write_all(request).await.is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer).await;
+    answer.starts_with("HTTP/1.1 200")
+}
+
+/// SIGHUP re-reads `--config`: a new `logLevel` replaces the log filter and a new
+/// `metricsAddress` moves the endpoint, without a restart; a setting bound at start is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_log_level_and_metrics_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let machine = dir.path().join("machine.json");
+    std::fs::write(&machine, fixture("topoDualSocketHT").to_json().unwrap()).unwrap();
+    let runtime = Runtime::start(&dir.path().join("runtime.sock"), Fake::default()).await;
+    let config = dir.path().join("numa-shim.yaml");
+    let (first, second) = (free_port(), free_port());
+    std::fs::write(
+        &config,
+        format!("logLevel: warn\nmetricsAddress: 127.0.0.1:{first}\npodKnowledge: cri\n"),
+    )
+    .unwrap();
+    let settings = kubelet_yaml("best-effort", "pod", "");
+    let args = ["--config", config.to_str().unwrap()];
+    let serve = Serve::start(dir.path(), &machine, &settings, &args).await;
+    let log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+    eventually("metrics on the first port", || futures_lite(healthz(first))).await;
+    let kubelet = Kubelet::connect(&serve.listen).await;
+    kubelet
+        .start_pod(&pod("quiet").container("app", Res::default()))
+        .await
+        .unwrap();
+    assert!(
+        !log().contains(" INFO "),
+        "warn filters info out:\n{}",
+        log()
+    );
+    assert!(!log().contains(" DEBUG "), "{}", log());
+
+    std::fs::write(
+        &config,
+        format!(
+            "logLevel: debug\nmetricsAddress: 127.0.0.1:{second}\npodKnowledge: cri\n\
+             driftPeriod: 30s\n"
+        ),
+    )
+    .unwrap();
+    let pid = serve.child.id().to_string();
+    Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    eventually("the reload is logged", || {
+        log().contains("configuration reloaded")
+    })
+    .await;
+    let text = log();
+    assert!(text.contains("log filter replaced"), "{text}");
+    assert!(
+        text.contains("field=\"driftPeriod\"") && text.contains("next restart"),
+        "a start-up setting is refused:\n{text}"
+    );
+    eventually("metrics on the second port", || {
+        futures_lite(healthz(second))
+    })
+    .await;
+    assert!(!futures_lite(healthz(first)), "the first port is closed");
+    kubelet
+        .start_pod(&pod("loud").container("app", Res::default()))
+        .await
+        .unwrap();
+    eventually("debug lines after the reload", || log().contains(" DEBUG ")).await;
+    serve.stop().await;
+    runtime.stop().await;
+}
+
+/// Runs a short future to completion from a synchronous check (inside the test's runtime).
+fn futures_lite<F: std::future::Future<Output = bool>>(f: F) -> bool {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}

@@ -62,9 +62,12 @@ pub struct Args {
     /// Grace period for in-flight calls on shutdown, e.g. 10s [default: 10s].
     #[arg(long)]
     pub shutdown_grace: Option<String>,
-    /// Log format [default: text]; the level comes from RUST_LOG (default info).
+    /// Log format [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. info or info,numa_shim::relay=debug [default: RUST_LOG, else info].
+    #[arg(long)]
+    pub log_level: Option<String>,
     /// Checkpoint directory [default: /var/lib/numa-shim].
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
@@ -108,6 +111,8 @@ pub struct Settings {
     pub socket: SocketOptions,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
+    /// The log filter; `None`: `RUST_LOG`, else `info`.
+    pub log_level: Option<String>,
     pub state_dir: PathBuf,
     pub topology: PathBuf,
     pub spec_source: SpecSource,
@@ -121,7 +126,7 @@ pub struct Settings {
 /// Runs the command.
 pub fn run(args: Args) -> Result<(), super::CliError> {
     let settings = load_settings(&args)?;
-    telemetry::logging::init(settings.log_format)?;
+    telemetry::logging::init(settings.log_format, settings.log_level.as_deref())?;
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
@@ -306,6 +311,10 @@ pub fn settings(
             .or(file.log_format)
             .or(file.logging.as_ref().and_then(|l| l.format))
             .unwrap_or_default(),
+        log_level: args
+            .log_level
+            .clone()
+            .or_else(|| file.log_level().map(str::to_string)),
         state_dir,
         topology: args
             .topology

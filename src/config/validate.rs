@@ -51,6 +51,8 @@ impl Config {
         );
         check("driftPeriod", opt(self.drift_period.as_deref(), positive));
         check("logFormat", self.log_formats_agree());
+        check("logLevel", self.log_levels_agree());
+        check("logLevel", opt(self.log_level(), log_filter));
         check("stateDir", opt(self.state_dir.as_deref(), absolute));
         check("topology", opt(self.topology.as_deref(), not_empty));
         check(
@@ -93,6 +95,25 @@ impl Config {
         own.api_version = None;
         own.kind = None;
         own != Default::default()
+    }
+
+    /// `logLevel`, else `logging.level`.
+    pub fn log_level(&self) -> Option<&str> {
+        self.log_level
+            .as_deref()
+            .or(self.logging.as_ref().and_then(|l| l.level.as_deref()))
+    }
+
+    fn log_levels_agree(&self) -> Result<(), String> {
+        match (
+            self.log_level.as_deref(),
+            self.logging.as_ref().and_then(|l| l.level.as_deref()),
+        ) {
+            (Some(a), Some(b)) if a != b => Err(format!(
+                "{a:?} disagrees with logging.level {b:?}; set one of them"
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn log_formats_agree(&self) -> Result<(), String> {
@@ -150,6 +171,17 @@ fn socket_mode(text: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A tracing filter (`info`, `warn,numa_shim=debug`); blank is refused rather than read as
+/// the default.
+fn log_filter(text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("must not be empty (leave it out for RUST_LOG or info)".to_string());
+    }
+    crate::telemetry::logging::filter_from(Some(text))
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 fn positive(text: &str) -> Result<(), String> {

@@ -1,10 +1,12 @@
-//! Process-wide `tracing` set-up: an env filter (`RUST_LOG`, default `info`) and a text or JSON
-//! format (`logFormat`), written to stderr so systemd's journal or the container log collects it.
+//! Process-wide `tracing` set-up: a filter (`logLevel`, else `RUST_LOG`, else `info`; replaceable
+//! while running, for SIGHUP) and a text or JSON format (`logFormat`), written to stderr so
+//! systemd's journal or the container log collects it.
 //!
 //! Owns the global subscriber. Must be called once, by the binary's entry point only; library code
 //! only emits events.
 
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use tracing::Subscriber;
 use tracing_subscriber::fmt::MakeWriter;
@@ -50,6 +52,12 @@ pub enum LoggingError {
     /// A global subscriber was installed before.
     #[error("logging was already initialised")]
     AlreadyInitialised,
+    /// The level was to be changed before logging was set up.
+    #[error("logging is not initialised")]
+    NotInitialised,
+    /// The new filter could not be installed.
+    #[error("log filter not changed: {0}")]
+    Reload(String),
 }
 
 impl FromStr for LogFormat {
@@ -64,11 +72,29 @@ impl FromStr for LogFormat {
     }
 }
 
-/// Installs the global subscriber: filter from `RUST_LOG` (default `info`), `format` to stderr.
-pub fn init(format: LogFormat) -> Result<(), LoggingError> {
-    let filter = filter_from(std::env::var("RUST_LOG").ok().as_deref())?;
-    tracing::subscriber::set_global_default(subscriber(format, filter, std::io::stderr))
-        .map_err(|_| LoggingError::AlreadyInitialised)
+/// Replaces the filter of a subscriber built by [`subscriber`].
+pub type LevelHandle = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
+
+/// The installed subscriber's filter, for [`set_level`].
+static LEVEL: OnceLock<LevelHandle> = OnceLock::new();
+
+/// Installs the global subscriber writing `format` to stderr, filtered by `level` (a tracing
+/// filter such as `info` or `info,numa_shim::relay=debug`), else by `RUST_LOG`, else `info`.
+pub fn init(format: LogFormat, level: Option<&str>) -> Result<(), LoggingError> {
+    let filter = filter_from(level.or(std::env::var("RUST_LOG").ok().as_deref()))?;
+    let (subscriber, handle) = subscriber(format, filter, std::io::stderr);
+    tracing::subscriber::set_global_default(subscriber)
+        .map_err(|_| LoggingError::AlreadyInitialised)?;
+    let _ = LEVEL.set(handle);
+    Ok(())
+}
+
+/// Changes the installed subscriber's filter while running (SIGHUP): `level` as in [`init`],
+/// `None` going back to `RUST_LOG` or `info`.
+pub fn set_level(level: Option<&str>) -> Result<(), LoggingError> {
+    let filter = filter_from(level.or(std::env::var("RUST_LOG").ok().as_deref()))?;
+    let handle = LEVEL.get().ok_or(LoggingError::NotInitialised)?;
+    handle(filter).map_err(LoggingError::Reload)
 }
 
 /// The filter for a `RUST_LOG` value; `None` or blank gives [`DEFAULT_FILTER`].
@@ -81,12 +107,13 @@ pub fn filter_from(value: Option<&str>) -> Result<EnvFilter, LoggingError> {
     })
 }
 
-/// A subscriber writing `format` through `writer`, for `init` and for tests that capture output.
+/// A subscriber writing `format` through `writer` and the handle that replaces its filter, for
+/// `init` and for tests that capture output.
 pub fn subscriber<W>(
     format: LogFormat,
     filter: EnvFilter,
     writer: W,
-) -> Box<dyn Subscriber + Send + Sync>
+) -> (Box<dyn Subscriber + Send + Sync>, LevelHandle)
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
@@ -95,8 +122,20 @@ where
         .with_writer(writer)
         .with_target(true);
     match format {
-        LogFormat::Text => Box::new(builder.with_ansi(false).finish()),
-        LogFormat::Json => Box::new(builder.json().flatten_event(true).finish()),
+        LogFormat::Text => {
+            let builder = builder.with_ansi(false).with_filter_reloading();
+            let handle = builder.reload_handle();
+            let reload: LevelHandle =
+                Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
+            (Box::new(builder.finish()), reload)
+        }
+        LogFormat::Json => {
+            let builder = builder.json().flatten_event(true).with_filter_reloading();
+            let handle = builder.reload_handle();
+            let reload: LevelHandle =
+                Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
+            (Box::new(builder.finish()), reload)
+        }
     }
 }
 
@@ -131,7 +170,7 @@ mod tests {
         let out = Captured::default();
         let writer = out.clone();
         let filter = filter_from(filter).expect("filter");
-        let subscriber = subscriber(format, filter, move || writer.clone());
+        let (subscriber, _) = subscriber(format, filter, move || writer.clone());
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(pod = "uid-1", cpus = "2-3", "allocated");
             tracing::debug!("hidden at info");
@@ -168,6 +207,29 @@ mod tests {
         );
         let quiet = capture(LogFormat::Text, Some("warn"));
         assert!(quiet.is_empty(), "{quiet}");
+    }
+
+    #[test]
+    fn the_filter_is_replaced_while_running() {
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let out = Captured::default();
+            let writer = out.clone();
+            let (subscriber, handle) =
+                subscriber(format, filter_from(None).expect("filter"), move || {
+                    writer.clone()
+                });
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::debug!("first debug");
+                handle(filter_from(Some("debug")).expect("debug")).expect("reload");
+                tracing::debug!("second debug");
+                handle(filter_from(Some("error")).expect("error")).expect("reload");
+                tracing::warn!("a warning");
+            });
+            let text = out.text();
+            assert!(!text.contains("first debug"), "{format:?}: {text}");
+            assert!(text.contains("second debug"), "{format:?}: {text}");
+            assert!(!text.contains("a warning"), "{format:?}: {text}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use super::Settings;
 use crate::k8s::kubelet_config::KubeletConfiguration;
+use crate::podresources::Options;
 
 /// Why a changed setting is refused after a drained node.
 pub const NEEDS_DRAIN: &str =
@@ -28,6 +29,8 @@ pub struct ReloadPlan {
 pub enum Change {
     /// Move `/metrics`, `/healthz`, `/readyz`, `/placement` (or turn them off).
     MetricsAddress(Option<SocketAddr>),
+    /// Replace the log filter (`None`: back to `RUST_LOG`, else `info`).
+    LogLevel(Option<String>),
 }
 
 /// A changed setting that is not applied.
@@ -44,7 +47,16 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
     if old.metrics_address != new.metrics_address {
         plan.apply.push(Change::MetricsAddress(new.metrics_address));
     }
-    let restart: [(&'static str, bool); 10] = [
+    if old.log_level != new.log_level {
+        plan.apply.push(Change::LogLevel(new.log_level.clone()));
+    }
+    // The PodResources server: turned on/off or moved, and its settings while on.
+    let server = |s: &Settings| s.pod_resources.as_ref().map(|o| o.socket.clone());
+    let while_on = |f: fn(&Options) -> String| match (&old.pod_resources, &new.pod_resources) {
+        (Some(a), Some(b)) => f(a) != f(b),
+        _ => false,
+    };
+    let restart: [(&'static str, bool); 13] = [
         ("listen", old.listen != new.listen),
         ("runtime", old.runtime != new.runtime),
         ("socketMode", old.socket.mode != new.socket.mode),
@@ -58,6 +70,15 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         ("topology", old.topology != new.topology),
         ("podKnowledge", old.spec_source != new.spec_source),
         ("driftPeriod", old.drift_period != new.drift_period),
+        ("podResourcesSocket", server(old) != server(new)),
+        (
+            "kubeletPodResourcesSocket",
+            while_on(|o| format!("{:?}", o.kubelet_socket)),
+        ),
+        (
+            "podResourcesQps/podResourcesBurst",
+            while_on(|o| format!("{}/{}", o.qps, o.burst)),
+        ),
     ];
     for (field, changed) in restart {
         if changed {
@@ -82,6 +103,7 @@ pub fn applied(old: &Settings, plan: &ReloadPlan) -> Settings {
     for change in &plan.apply {
         match change {
             Change::MetricsAddress(addr) => next.metrics_address = *addr,
+            Change::LogLevel(level) => next.log_level = level.clone(),
         }
     }
     next

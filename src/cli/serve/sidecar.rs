@@ -121,6 +121,18 @@ pub(super) async fn reload_on_hangup(
                         }
                     }
                 }
+                reload::Change::LogLevel(level) => {
+                    match crate::telemetry::logging::set_level(level.as_deref()) {
+                        Ok(()) => {
+                            info!(
+                                level = level.as_deref().unwrap_or("RUST_LOG or info"),
+                                "reload: log filter replaced"
+                            );
+                            applied.push(change);
+                        }
+                        Err(err) => error!(error = %err, "reload: log filter not changed"),
+                    }
+                }
             }
         }
         plan.apply = applied;

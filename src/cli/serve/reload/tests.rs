@@ -13,12 +13,15 @@ fn base() -> Settings {
         socket: SocketOptions::default(),
         shutdown_grace: Duration::from_secs(10),
         log_format: LogFormat::Text,
+        log_level: None,
         state_dir: PathBuf::from("/var/lib/numa-shim"),
         topology: PathBuf::from("/sys"),
         spec_source: SpecSource::CriOnly,
         metrics_address: Some("127.0.0.1:9464".parse().unwrap()),
         drift_period: Duration::from_secs(10),
-        pod_resources: None,
+        pod_resources: Some(crate::podresources::Options::new(
+            "/var/lib/numa-shim/pod-resources/kubelet.sock".into(),
+        )),
         kubelet: KubeletConfiguration {
             cpu_manager_policy: Some("static".into()),
             reserved_system_cpus: Some("0".into()),
@@ -48,9 +51,21 @@ fn metrics_address_is_applied() {
 }
 
 #[test]
+fn log_level_is_applied() {
+    let mut new = base();
+    new.log_level = Some("info,numa_shim::relay=debug".into());
+    let p = plan(&base(), &new);
+    assert_eq!(p.apply, vec![Change::LogLevel(new.log_level.clone())]);
+    assert!(p.refused.is_empty());
+    assert_eq!(applied(&base(), &p), new);
+    // Removing the key goes back to RUST_LOG or info.
+    assert_eq!(plan(&new, &base()).apply, vec![Change::LogLevel(None)]);
+}
+
+#[test]
 fn every_startup_setting_needs_a_restart() {
     type Edit = fn(&mut Settings);
-    let cases: [(&str, Edit); 10] = [
+    let cases: [(&str, Edit); 13] = [
         ("listen", |s| s.listen = "/other.sock".into()),
         ("runtime", |s| s.runtime = "/run/crio/crio.sock".into()),
         ("socketMode", |s| s.socket.mode = 0o600),
@@ -65,6 +80,19 @@ fn every_startup_setting_needs_a_restart() {
             s.spec_source = SpecSource::PodsApi("/p.sock".into())
         }),
         ("driftPeriod", |s| s.drift_period = Duration::from_secs(60)),
+        ("podResourcesSocket", |s| {
+            s.pod_resources = Some(crate::podresources::Options::new("/pr.sock".into()))
+        }),
+        ("kubeletPodResourcesSocket", |s| {
+            if let Some(o) = s.pod_resources.as_mut() {
+                o.kubelet_socket = None;
+            }
+        }),
+        ("podResourcesQps/podResourcesBurst", |s| {
+            if let Some(o) = s.pod_resources.as_mut() {
+                o.qps = 5;
+            }
+        }),
     ];
     for (field, edit) in cases {
         let mut new = base();
