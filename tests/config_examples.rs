@@ -118,3 +118,26 @@ fn the_command_prints_ok_or_errors_with_exit_status() {
     let out = String::from_utf8_lossy(&bad.stdout);
     assert!(out.starts_with("error: reservedMemory:"), "{out}");
 }
+
+/// integration/packaging.sh strips numa-shim's own keys from the example configs before decoding
+/// the rest strictly as a KubeletConfiguration (integration/kubeletconfig-check); its list must
+/// name every key of numa-shim's own (the keys before `apiVersion` in `KNOWN_KEYS`, except those
+/// the kubelet has too).
+#[test]
+fn the_kubelet_field_checker_knows_every_numa_shim_key() {
+    let go = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/integration/kubeletconfig-check/main.go"
+    ))
+    .unwrap();
+    let own = numa_shim::config::KNOWN_KEYS
+        .iter()
+        .take_while(|k| **k != "apiVersion")
+        .filter(|k| !["containerRuntimeEndpoint", "logging"].contains(k));
+    for key in own {
+        assert!(
+            go.contains(&format!("\"{key}\"")),
+            "{key} is missing from numaShimKeys in integration/kubeletconfig-check/main.go"
+        );
+    }
+}

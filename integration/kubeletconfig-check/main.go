@@ -18,10 +18,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// numaShimKeys are numa-shim's own settings, which are not KubeletConfiguration fields.
+// numaShimKeys are numa-shim's own settings, which are not KubeletConfiguration fields (the
+// keys of src/config.rs KNOWN_KEYS that the kubelet does not have; `containerRuntimeEndpoint` and
+// `logging` are kubelet fields too and stay).
 var numaShimKeys = []string{
-	"listen", "runtime", "stateDir", "podKnowledge", "metricsAddress", "logFormat",
-	"podResourcesSocket",
+	"listen", "runtime", "socketMode", "socketGroup", "shutdownGracePeriod", "logFormat",
+	"logLevel", "stateDir", "topology", "podKnowledge", "podsApiSocket", "kubeconfig", "nodeName",
+	"podResourcesSocket", "kubeletPodResourcesSocket", "podResourcesQps", "podResourcesBurst",
+	"metricsAddress", "driftPeriod", "kubeletConfig",
 }
 
 func check(path string, fragment bool) error {
