@@ -106,7 +106,7 @@ printf '{"test":"memory","rss_start_kib":%s,"rss_idle_kib":%s,"hwm_kib":%s,"thre
 {
     echo "- date: $(date -u +%FT%TZ); commit: $(git -C "$IT_REPO" rev-parse --short HEAD)"
     echo "- cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cpus; load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "- kernel: $(uname -r); containerd: $(containerd --version | awk '{print $3}') (pid $ctrd_pid); runc: $(runc --version | head -1 | awk '{print $3}')"
+    echo "- kernel: $(uname -r); containerd: $("$IT_CONTAINERD_BIN" --version | awk '{print $3}') (pid $ctrd_pid); runc: $(runc --version | head -1 | awk '{print $3}')"
 } >"$out/machine.txt"
 python3 - "$out/results.jsonl" >"$out/summary.md" <<'EOF'
 import json, sys
