@@ -136,7 +136,8 @@ fn bench(c: &mut Criterion) {
     c.bench_function("pool_gauges_1000_pods/view_and_publish", |b| {
         b.iter(|| {
             let view = shared.with_registry(numa_shim::inspect::PlacementView::from_registry);
-            numa_shim::inspect::publish_pools(&view, &metrics);
+            let pools = numa_shim::inspect::view_pool_counts(&view);
+            numa_shim::inspect::publish_pool_counts(&pools, &metrics);
         })
     });
 

@@ -20,9 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use build::numa_nodes;
 pub use fetch::{fetch, FetchError};
-pub use metrics::{
-    admission_allocations, container_assignments, publish_pool_counts, publish_pools,
-};
+pub use metrics::{admission_allocations, container_assignments, publish_pool_counts};
 pub use pools::{pool_counts, view_pool_counts, NumaPools, POOLS};
 pub use svg::render_svg;
 pub use table::{numa_map, render_table};

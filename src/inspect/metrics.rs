@@ -7,15 +7,9 @@
 //! exclusive CPU slice or memory pinning of a container outside any pod budget counts one with
 //! `source=node`.
 
-use super::pools::{view_pool_counts, NumaPools, POOLS};
-use super::PlacementView;
+use super::pools::{NumaPools, POOLS};
 use crate::placement::node::{Isolation, Node};
 use crate::telemetry::{AssignmentType, Metrics, ResourceName, Source};
-
-/// Replaces every pool gauge with the counts of `view`.
-pub fn publish_pools(view: &PlacementView, metrics: &Metrics) {
-    publish_pool_counts(&view_pool_counts(view), metrics);
-}
 
 /// Replaces every pool gauge with `pools` (see [`pool_counts`](super::pool_counts)).
 pub fn publish_pool_counts(pools: &[NumaPools], metrics: &Metrics) {

@@ -3,8 +3,10 @@
 //! per-pod placement, no names or strings), so that publishing the gauges after every admission
 //! or release holds the registry lock briefly even with many pods.
 
+use std::collections::BTreeMap;
+
 use super::build::{is_memory, memory};
-use super::{NumaView, Owner, PlacementView};
+use super::{MemoryView, NumaView, Owner, PlacementView};
 use crate::cpuset::CpuSet;
 use crate::lifecycle::Registry;
 use crate::telemetry::Pool;
@@ -49,7 +51,20 @@ pub fn pool_counts(registry: &Registry) -> Vec<NumaPools> {
     }
     let reserved = node.reserved_cpus();
     let shared = node.shared_cpus();
-    let mut out: Vec<NumaPools> = Vec::new();
+    let mut out: BTreeMap<u32, NumaPools> = node
+        .topology()
+        .cpus
+        .iter()
+        .map(|c| {
+            (
+                c.numa,
+                NumaPools {
+                    id: c.numa,
+                    ..NumaPools::default()
+                },
+            )
+        })
+        .collect();
     for cpu in &node.topology().cpus {
         let pool = if exclusive.contains(cpu.id) && !pods.contains(cpu.id) {
             Pool::Exclusive
@@ -62,36 +77,25 @@ pub fn pool_counts(registry: &Registry) -> Vec<NumaPools> {
         } else {
             continue; // held by others (unavailable): in no pool
         };
-        entry(&mut out, cpu.numa).cpus[index(pool)] += 1;
-    }
-    for cpu in &node.topology().cpus {
-        entry(&mut out, cpu.numa);
-    }
-    for n in &mut out {
-        n.memory = memory(node, n.id)
-            .iter()
-            .find(|m| is_memory(m))
-            .map(|m| [m.system_reserved, m.free, m.exclusive, m.pod]);
-    }
-    out.sort_by_key(|n| n.id);
-    out
-}
-
-fn entry(out: &mut Vec<NumaPools>, id: u32) -> &mut NumaPools {
-    let at = match out.iter().position(|n| n.id == id) {
-        Some(at) => at,
-        None => {
-            out.push(NumaPools {
-                id,
-                ..NumaPools::default()
-            });
-            out.len() - 1
+        if let Some(n) = out.get_mut(&cpu.numa) {
+            n.cpus[index(pool)] += 1;
         }
-    };
-    &mut out[at]
+    }
+    for n in out.values_mut() {
+        n.memory = memory_pools(&memory(node, n.id));
+    }
+    out.into_values().collect()
 }
 
-/// The same counts from a built view (`simulate`, tests).
+/// Regular memory by [`POOLS`] order, if the node has an accounting for it.
+fn memory_pools(views: &[MemoryView]) -> Option<[u64; 4]> {
+    views
+        .iter()
+        .find(|m| is_memory(m))
+        .map(|m| [m.system_reserved, m.free, m.exclusive, m.pod])
+}
+
+/// The same counts from a built view (tests compare the two).
 pub fn view_pool_counts(view: &PlacementView) -> Vec<NumaPools> {
     view.numa_nodes.iter().map(numa_pools).collect()
 }
@@ -114,10 +118,6 @@ fn numa_pools(n: &NumaView) -> NumaPools {
     NumaPools {
         id: n.id,
         cpus,
-        memory: n
-            .memory
-            .iter()
-            .find(|m| is_memory(m))
-            .map(|m| [m.system_reserved, m.free, m.exclusive, m.pod]),
+        memory: memory_pools(&n.memory),
     }
 }

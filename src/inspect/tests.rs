@@ -105,7 +105,7 @@ fn table_marks_every_cpu() {
 #[test]
 fn pools_are_published_per_numa_node() {
     let metrics = crate::telemetry::Metrics::new();
-    publish_pools(&view(), &metrics);
+    publish_pool_counts(&view_pool_counts(&view()), &metrics);
     let text = metrics.render();
     assert!(
         text.contains(r#"numa_shim_pool_cpus{numa_node="0",pool="pod"} 2"#),

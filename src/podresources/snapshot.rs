@@ -173,7 +173,7 @@ impl Snapshot {
                 (p, revised)
             })
             .collect();
-        let changed: HashMap<&str, Vec<&ContainerRecord>> = pods
+        let mut changed: HashMap<&str, Vec<&ContainerRecord>> = pods
             .iter()
             .filter(|(_, r)| !known(&r.uid, r.revision))
             .map(|(p, _)| (p.spec.uid.as_str(), Vec::new()))
@@ -181,7 +181,6 @@ impl Snapshot {
         if changed.is_empty() {
             return pods.into_iter().map(|(_, r)| r).collect();
         }
-        let mut changed = changed;
         for record in registry.containers().values() {
             if let Some(list) = changed.get_mut(record.pod_uid.as_str()) {
                 list.push(record);
