@@ -160,6 +160,14 @@ pub fn merge_list(ours: &mut pr::ListPodResourcesResponse, theirs: &pr::ListPodR
     }
 }
 
+/// Whether a kubelet `List` carries anything [`merge_list`] would copy.
+pub(crate) fn list_has_extras(theirs: &pr::ListPodResourcesResponse) -> bool {
+    theirs
+        .pod_resources
+        .iter()
+        .any(|p| p.containers.iter().any(has_extras))
+}
+
 fn has_extras(c: &pr::ContainerResources) -> bool {
     !c.devices.is_empty() || !c.dynamic_resources.is_empty()
 }

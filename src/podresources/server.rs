@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 use tracing::debug;
 
 use super::convert::{allocatable_response, pod_resources};
-use super::kubelet::{merge_allocatable, merge_list, merge_pod, KubeletSource};
+use super::kubelet::{list_has_extras, merge_allocatable, merge_list, merge_pod, KubeletSource};
 use super::limit::RateLimiter;
 use super::published::{self, Published};
 use super::snapshot::{RegistrySource, Snapshot};
@@ -78,7 +78,9 @@ impl<S: RegistrySource> PodResourcesService<S> {
         let Some(kubelet) = &self.kubelet else {
             return Ok(ours);
         };
-        let Some(theirs) = kubelet.list().await else {
+        // Without devices or dynamic resources the merge changes nothing: the published bytes
+        // go out as they are.
+        let Some(theirs) = kubelet.list().await.filter(list_has_extras) else {
             return Ok(ours);
         };
         let mut response =
