@@ -2,7 +2,7 @@
 //! the registry lock (pure copying, no allocation beyond the copy, no I/O); everything after
 //! runs without the lock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use crate::cpuset::CpuSet;
@@ -58,13 +58,9 @@ pub trait RegistrySource: Send + Sync + 'static {
         None
     }
 
-    /// Captures a snapshot and the epoch it belongs to, both under the same lock.
-    fn capture(&self) -> (Option<u64>, Snapshot) {
-        (None, self.with_registry(Snapshot::capture))
-    }
-
-    /// Like [`capture`](Self::capture), but copies only the pods `known` lacks at their
-    /// current revision (see [`Snapshot::capture_changed`]).
+    /// The active pods and the epoch they belong to, both read under the same lock; only the
+    /// pods `known` lacks at their current revision are copied (see
+    /// [`Snapshot::capture_changed`]).
     fn capture_changed(&self, known: &dyn Fn(&str, u64) -> bool) -> (Option<u64>, Vec<Revised>) {
         (
             None,
@@ -91,15 +87,9 @@ impl RegistrySource for Placer {
         Some(Placer::epoch(self))
     }
 
-    fn capture(&self) -> (Option<u64>, Snapshot) {
-        let registry = self.registry();
-        // Read under the lock: no mutation can run between the epoch and the copy.
-        let epoch = Placer::epoch(self);
-        (Some(epoch), Snapshot::capture(&registry))
-    }
-
     fn capture_changed(&self, known: &dyn Fn(&str, u64) -> bool) -> (Option<u64>, Vec<Revised>) {
         let registry = self.registry();
+        // Read under the lock: no mutation can run between the epoch and the copy.
         let epoch = Placer::epoch(self);
         (Some(epoch), Snapshot::capture_changed(&registry, known))
     }
@@ -123,10 +113,6 @@ impl<T: RegistrySource> RegistrySource for std::sync::Arc<T> {
         (**self).epoch()
     }
 
-    fn capture(&self) -> (Option<u64>, Snapshot) {
-        (**self).capture()
-    }
-
     fn capture_changed(&self, known: &dyn Fn(&str, u64) -> bool) -> (Option<u64>, Vec<Revised>) {
         (**self).capture_changed(known)
     }
@@ -135,18 +121,9 @@ impl<T: RegistrySource> RegistrySource for std::sync::Arc<T> {
 impl Snapshot {
     /// Copies every active pod and the allocatable resources out of the registry.
     pub fn capture(registry: &Registry) -> Self {
-        let mut by_pod: BTreeMap<&str, Vec<&ContainerRecord>> = BTreeMap::new();
-        for record in registry.containers().values() {
-            by_pod.entry(&record.pod_uid).or_default().push(record);
-        }
-        let pods = registry
-            .pods()
-            .iter()
-            .filter(|(_, p)| p.active)
-            .map(|(uid, p)| {
-                let recorded = by_pod.get(uid.as_str()).map_or(&[][..], Vec::as_slice);
-                PodEntry::capture(registry, p, recorded)
-            })
+        let pods = Self::capture_changed(registry, &|_, _| false)
+            .into_iter()
+            .filter_map(|pod| pod.entry)
             .collect();
         Self {
             pods,
