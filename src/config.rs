@@ -134,6 +134,11 @@ pub struct Logging {
 
 pub use crate::telemetry::LogFormat;
 
+/// Whether a socket setting means "off": `none` or an empty path.
+pub fn is_off(path: &std::path::Path) -> bool {
+    path.as_os_str().is_empty() || path == std::path::Path::new("none")
+}
+
 /// A configuration file or value that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -108,6 +108,11 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
             "absolute",
         ),
         (
+            "kubeletPodResourcesSocket: kubelet.sock",
+            "kubeletPodResourcesSocket",
+            "absolute",
+        ),
+        (
             "metricsAddress: localhost:9464",
             "metricsAddress",
             "IP:port",
@@ -138,6 +143,20 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
             errors[0].contains(reason),
             "{text}: {errors:?} should say {reason}"
         );
+    }
+}
+
+/// `none` (or an empty path) turns the PodResources server, or asking the kubelet, off, as the
+/// flags and the docs say.
+#[test]
+fn pod_resources_sockets_may_be_off() {
+    for text in [
+        "podResourcesSocket: none",
+        "podResourcesSocket: \"\"",
+        "kubeletPodResourcesSocket: none",
+        "podResourcesSocket: none\nkubeletPodResourcesSocket: \"\"",
+    ] {
+        assert_eq!(own_errors(text), Vec::<String>::new(), "{text}");
     }
 }
 

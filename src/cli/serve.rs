@@ -370,7 +370,7 @@ fn pod_resources(
         .clone()
         .or_else(|| file.pod_resources_socket.clone())
         .unwrap_or_else(|| state_dir.join("pod-resources/kubelet.sock"));
-    if is_off(&socket) {
+    if config::is_off(&socket) {
         return Ok(None);
     }
     let kubelet = args
@@ -379,15 +379,11 @@ fn pod_resources(
         .or_else(|| file.kubelet_pod_resources_socket.clone())
         .unwrap_or_else(|| PathBuf::from(podresources::DEFAULT_KUBELET_SOCKET));
     let mut options = podresources::Options::new(socket);
-    options.kubelet_socket = (!is_off(&kubelet)).then_some(kubelet);
+    options.kubelet_socket = (!config::is_off(&kubelet)).then_some(kubelet);
     options.qps = file.pod_resources_qps.unwrap_or(options.qps);
     options.burst = file.pod_resources_burst.unwrap_or(options.burst);
     options.validate()?;
     Ok(Some(options))
-}
-
-fn is_off(path: &Path) -> bool {
-    path.as_os_str().is_empty() || path == Path::new("none")
 }
 
 fn spec_source(args: &Args, file: &Config, root: &Path) -> Result<SpecSource, super::CliError> {

@@ -63,7 +63,14 @@ impl Config {
         check("nodeName", opt(self.node_name.as_deref(), node_name));
         check(
             "podResourcesSocket",
-            opt(self.pod_resources_socket.as_deref(), absolute),
+            opt(self.pod_resources_socket.as_deref(), absolute_or_off),
+        );
+        check(
+            "kubeletPodResourcesSocket",
+            opt(
+                self.kubelet_pod_resources_socket.as_deref(),
+                absolute_or_off,
+            ),
         );
         check(
             "metricsAddress",
@@ -198,6 +205,14 @@ fn absolute(path: &Path) -> Result<(), String> {
     } else {
         Err(format!("{:?} must be an absolute path", path.display()))
     }
+}
+
+/// An absolute path, or `none` / empty for "off" (see [`super::is_off`]).
+fn absolute_or_off(path: &Path) -> Result<(), String> {
+    if super::is_off(path) {
+        return Ok(());
+    }
+    absolute(path)
 }
 
 fn not_empty(path: &Path) -> Result<(), String> {
