@@ -136,18 +136,62 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
     runtime.block_on(serve(args, settings))
 }
 
-/// Reads and validates the config file (if any) and merges it with the flags.
+/// Reads the config file (if any), lays the flags over it, validates the result (flags get the
+/// same checks as the keys they stand for) and resolves it.
 pub fn load_settings(args: &Args) -> Result<Settings, super::CliError> {
     let file = match &args.config {
         Some(path) => config::load(path)?,
         None => Config::default(),
     };
-    let errors = file.validate();
+    let merged = with_flags(args, file);
+    let errors = merged.validate();
     if !errors.is_empty() {
         let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
         return Err(format!("invalid configuration: {}", list.join("; ")).into());
     }
-    settings(args, &file, Path::new("/"))
+    settings(args, &merged, Path::new("/"))
+}
+
+/// `file` with every flag given on the command line in place of its key.
+fn with_flags(args: &Args, mut file: Config) -> Config {
+    fn set<T: Clone>(key: &mut Option<T>, flag: &Option<T>) {
+        if flag.is_some() {
+            key.clone_from(flag);
+        }
+    }
+    set(&mut file.listen, &args.listen);
+    set(&mut file.runtime, &args.runtime);
+    set(&mut file.socket_mode, &args.socket_mode);
+    set(&mut file.socket_group, &args.socket_group);
+    set(&mut file.shutdown_grace_period, &args.shutdown_grace);
+    set(&mut file.state_dir, &args.state_dir);
+    set(&mut file.topology, &args.topology);
+    set(&mut file.pod_knowledge, &args.pod_knowledge);
+    set(&mut file.pods_api_socket, &args.pods_api_socket);
+    set(&mut file.kubeconfig, &args.kubeconfig);
+    set(&mut file.node_name, &args.node_name);
+    set(&mut file.metrics_address, &args.metrics_address);
+    set(&mut file.drift_period, &args.drift_period);
+    set(&mut file.pod_resources_socket, &args.pod_resources_socket);
+    set(
+        &mut file.kubelet_pod_resources_socket,
+        &args.kubelet_pod_resources_socket,
+    );
+    set(&mut file.kubelet_config, &args.kubelet_config);
+    // A flag wins over both spellings of the log keys.
+    if args.log_format.is_some() {
+        file.log_format = args.log_format;
+        if let Some(logging) = file.logging.as_mut() {
+            logging.format = None;
+        }
+    }
+    if args.log_level.is_some() {
+        file.log_level.clone_from(&args.log_level);
+        if let Some(logging) = file.logging.as_mut() {
+            logging.level = None;
+        }
+    }
+    file
 }
 
 async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
@@ -418,6 +462,47 @@ mod tests {
 
     fn args() -> Args {
         Args::default()
+    }
+
+    /// Flags get the same checks as the keys they stand for (a zero drift period would make
+    /// the pool updater's timer panic; a world-writable socket is refused).
+    #[test]
+    fn flags_are_validated_like_the_file() {
+        for (edit, key) in [
+            (
+                (|a: &mut Args| a.drift_period = Some("0".into())) as fn(&mut Args),
+                "driftPeriod",
+            ),
+            (|a| a.socket_mode = Some("0666".into()), "socketMode"),
+            (|a| a.log_level = Some(" ".into()), "logLevel"),
+            (
+                |a| a.metrics_address = Some("127.0.0.1:0".into()),
+                "metricsAddress",
+            ),
+        ] {
+            let mut a = args();
+            a.runtime = Some("unix:///rt.sock".into());
+            edit(&mut a);
+            let err = load_settings(&a).unwrap_err().to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        // A flag replaces both spellings of a log key instead of disagreeing with one.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(
+            &path,
+            "runtime: unix:///rt.sock\nlogging: {format: text, level: info}\n",
+        )
+        .unwrap();
+        let mut a = args();
+        a.config = Some(path);
+        a.log_format = Some(LogFormat::Json);
+        a.log_level = Some("debug".into());
+        let s = load_settings(&a).unwrap();
+        assert_eq!(
+            (s.log_format, s.log_level.as_deref()),
+            (LogFormat::Json, Some("debug"))
+        );
     }
 
     #[test]
