@@ -200,23 +200,28 @@ impl PlacementHook {
                 (spec, Source::Inferred)
             }
         };
-        let (result, allocations) = {
+        let (result, allocations, changed) = {
             let mut registry = self.placer.registry();
             let fresh = !registry.pods().contains_key(&spec.uid);
+            let before = registry.last_revision();
             let result = registry.admit(spec.clone(), source);
             let allocations = match &result {
                 Ok(()) if fresh => Some(admission_allocations(registry.node(), &spec.uid)),
                 Ok(()) => Some(Vec::new()),
                 Err(_) => None,
             };
-            (result, allocations)
+            (result, allocations, registry.last_revision() != before)
         };
         self.placer.count_admission(&spec, allocations);
         match result {
             Ok(()) => {
                 info!(pod = %meta.uid, namespace = %meta.namespace, name = %meta.name, ?source, "admitted");
-                self.placer.persist().await;
-                self.placer.pool_changed();
+                // A pod already admitted (a sandbox re-created) keeps what it has: nothing to
+                // write or to move.
+                if changed {
+                    self.placer.persist().await;
+                    self.placer.pool_changed();
+                }
                 Decision::Patch(Patch {
                     annotations: [(POD_ANNOTATION.to_string(), pod_annotation(&spec, source))]
                         .into(),
@@ -280,10 +285,17 @@ impl PlacementHook {
         Decision::Patch(patch)
     }
 
-    /// Records what the runtime did; returns whether holdings changed.
-    fn record(&self, request: &CriRequest, response: Option<&CriResponse>, ok: bool) -> bool {
+    /// Records what the runtime did; returns whether the registry changed (so the checkpoint
+    /// must be written) and whether running containers may need new cpusets.
+    fn record(
+        &self,
+        request: &CriRequest,
+        response: Option<&CriResponse>,
+        ok: bool,
+    ) -> (bool, bool) {
         let mut registry = self.placer.registry();
-        match (request, response) {
+        let before = registry.last_revision();
+        let pools = match (request, response) {
             (CriRequest::RunPodSandbox(req), Some(CriResponse::RunPodSandbox(resp))) if ok => {
                 if let Some(meta) = req.config.as_ref().and_then(|c| c.metadata.as_ref()) {
                     registry.commit_sandbox(&meta.uid, &resp.pod_sandbox_id);
@@ -322,7 +334,7 @@ impl PlacementHook {
                 // or released), or this container took a slice out of its pod's shared pool
                 // (an inferred pod): running containers whose cpuset is now stale must be
                 // updated, or they keep it until the next drift tick.
-                !registry.pending_updates().is_empty()
+                registry.has_pending_updates()
             }
             (CriRequest::RemoveContainer(req), _) if ok => {
                 registry.remove_container(&req.container_id);
@@ -337,7 +349,12 @@ impl PlacementHook {
                 true
             }
             _ => false,
-        }
+        };
+        let changed = registry.last_revision() != before;
+        // Releases of ids numa-shim does not know change nothing; a stale cpuset found after
+        // CreateContainer counts even if this call changed nothing itself.
+        let creates = matches!(request, CriRequest::CreateContainer(_));
+        (changed, pools && (changed || creates))
     }
 }
 
@@ -353,19 +370,11 @@ impl Hook for PlacementHook {
 
     async fn after(&self, request: &CriRequest, outcome: &Outcome) {
         let ok = outcome.status.code() == Code::Ok;
-        let changed = self.record(request, outcome.response.as_ref(), ok);
-        let durable = matches!(
-            request,
-            CriRequest::RunPodSandbox(_)
-                | CriRequest::CreateContainer(_)
-                | CriRequest::RemoveContainer(_)
-                | CriRequest::StopPodSandbox(_)
-                | CriRequest::RemovePodSandbox(_)
-        );
-        if durable {
+        let (changed, pools) = self.record(request, outcome.response.as_ref(), ok);
+        if changed {
             self.placer.persist().await;
         }
-        if changed {
+        if pools {
             self.placer.pool_changed();
         }
     }

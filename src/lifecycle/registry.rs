@@ -132,6 +132,12 @@ impl Registry {
         self.revisions.get(pod_uid).copied().unwrap_or(0)
     }
 
+    /// Moves whenever anything in the registry changes (the newest pod revision handed out):
+    /// equal values before and after a call mean the call changed nothing.
+    pub fn last_revision(&self) -> u64 {
+        self.last_revision
+    }
+
     /// Gives the pod a fresh revision: called by every method that changes it.
     fn touch(&mut self, pod_uid: &str) {
         self.last_revision += 1;
@@ -344,17 +350,26 @@ impl Registry {
 
     /// Running containers whose cpuset differs from what they should have now (pool changes).
     pub fn pending_updates(&self) -> Vec<CpusetUpdate> {
-        self.containers
-            .iter()
-            .filter_map(|(id, c)| {
-                let want = self.desired(c)?;
-                (want != c.cpus).then(|| CpusetUpdate {
-                    container_id: id.clone(),
-                    cpus: want,
-                    mems: c.mems.clone(),
-                })
+        self.stale()
+            .map(|(id, c, want)| CpusetUpdate {
+                container_id: id.clone(),
+                cpus: want,
+                mems: c.mems.clone(),
             })
             .collect()
+    }
+
+    /// Whether [`Registry::pending_updates`] would list anything (stops at the first).
+    pub fn has_pending_updates(&self) -> bool {
+        self.stale().next().is_some()
+    }
+
+    /// Recorded containers whose cpuset is not what they should have now, with what they should.
+    fn stale(&self) -> impl Iterator<Item = (&String, &ContainerRecord, CpuSet)> {
+        self.containers.iter().filter_map(|(id, c)| {
+            let want = self.desired(c)?;
+            (want != c.cpus).then_some((id, c, want))
+        })
     }
 
     /// What a recorded container should run on now; `None` if its pod is no longer active.
