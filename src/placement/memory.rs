@@ -126,10 +126,6 @@ impl MemoryManager {
         })
     }
 
-    pub fn policy(&self) -> MemoryPolicy {
-        self.policy
-    }
-
     /// The checkpointed state.
     pub fn state(&self) -> &MemoryState {
         &self.state

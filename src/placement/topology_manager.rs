@@ -74,14 +74,6 @@ impl TopologyManager {
         })
     }
 
-    pub fn policy(&self) -> TopologyPolicy {
-        self.policy
-    }
-
-    pub fn numa_info(&self) -> &NumaInfo {
-        &self.info
-    }
-
     /// kubelet `Policy.Merge`: the best hint and whether the pod may be admitted with it.
     pub fn merge(&self, providers: &[ResourceHints]) -> (TopologyHint, bool) {
         let filtered = filter_providers_hints(providers);

@@ -10,6 +10,7 @@ use crate::cpuset::CpuSet;
 use crate::placement::hint::NumaMask;
 use crate::placement::pod::{ContainerSpec, PodSpec};
 use crate::placement::qos;
+use crate::placement::topology_manager::iterate_masks;
 use crate::placement::{ResourceHints, TopologyHint};
 
 const CPU: &str = "cpu";
@@ -173,16 +174,4 @@ impl CpuManager {
             .fold(CpuSet::new(), |all, s| all.union(s));
         sockets.len() == min_sockets
     }
-}
-
-/// kubelet's `bitmask.IterateBitMasks`: every non-empty subset, by size, lexicographic within.
-pub(crate) fn iterate_masks(ids: &[u32]) -> Vec<NumaMask> {
-    let mut out = Vec::new();
-    for k in 1..=ids.len() {
-        super::distributed::for_each_combination(ids, k, &mut |combo| {
-            out.push(NumaMask::from_ids(combo.iter().copied()));
-            true
-        });
-    }
-    out
 }

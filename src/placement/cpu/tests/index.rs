@@ -144,7 +144,7 @@ fn old_hints(
     let mut min_size = numas.len();
     let numa_of = |cpu: u32| d.info(cpu).map(|i| i.numa);
     let mut hints = Vec::new();
-    for mask in crate::placement::cpu::hints::iterate_masks(&numas) {
+    for mask in crate::placement::topology_manager::iterate_masks(&numas) {
         let bits: Vec<u32> = mask.ids().collect();
         if d.cpus_in_numa_nodes(&bits).len() >= request && bits.len() < min_size {
             min_size = bits.len();
