@@ -197,9 +197,7 @@ impl Registry {
             .get(pod_uid)
             .is_some_and(|r| r.sandbox_id.is_none())
         {
-            self.release_pod(pod_uid);
-            self.pods.remove(pod_uid);
-            self.forget(pod_uid);
+            self.drop_pod(pod_uid);
         }
     }
 
@@ -341,11 +339,16 @@ impl Registry {
     /// RemovePodSandbox succeeded: the pod and its containers are forgotten.
     pub fn remove_sandbox(&mut self, sandbox_id: &str) {
         if let Some(uid) = self.uid_of_sandbox(sandbox_id) {
-            self.release_pod(&uid);
-            self.pods.remove(&uid);
-            self.containers.retain(|_, c| c.pod_uid != uid);
-            self.forget(&uid);
+            self.drop_pod(&uid);
         }
+    }
+
+    /// Releases the pod's holdings and forgets it and its containers.
+    fn drop_pod(&mut self, uid: &str) {
+        self.release_pod(uid);
+        self.pods.remove(uid);
+        self.containers.retain(|_, c| c.pod_uid != uid);
+        self.forget(uid);
     }
 
     /// Running containers whose cpuset differs from what they should have now (pool changes).
@@ -432,10 +435,7 @@ impl Registry {
             self.remove_container(id);
         }
         for uid in &stale_pods {
-            self.release_pod(uid);
-            self.pods.remove(uid);
-            self.containers.retain(|_, c| &c.pod_uid != uid);
-            self.forget(uid);
+            self.drop_pod(uid);
         }
         stale_pods.len() + stale_containers.len()
     }
