@@ -57,11 +57,16 @@ pub fn container_assignments(
     pod_uid: &str,
     name: &str,
 ) -> Vec<(ResourceName, AssignmentType)> {
-    let (Some(pod), Some(c)) = (node.placement(pod_uid), node.container(pod_uid, name)) else {
+    // Only the container's placement is built; of the pod, whether it has budgets.
+    let Some(c) = node.container(pod_uid, name) else {
         return Vec::new();
     };
+    let pod_memory = node
+        .memory_manager()
+        .pod_blocks(pod_uid)
+        .is_some_and(|blocks| !blocks.is_empty());
     let mut out = Vec::new();
-    match (c.isolation, pod.cpus.is_some()) {
+    match (c.isolation, node.pod_cpus(pod_uid).is_some()) {
         (Isolation::Container, true) => out.push((ResourceName::Cpu, AssignmentType::PodExclusive)),
         (Isolation::Container, false) => {
             out.push((ResourceName::Cpu, AssignmentType::NodeExclusive))
@@ -69,7 +74,6 @@ pub fn container_assignments(
         (Isolation::Pod, _) => out.push((ResourceName::Cpu, AssignmentType::PodShared)),
         (Isolation::Host, _) => {}
     }
-    let pod_memory = !pod.memory.is_empty();
     match (!c.memory.is_empty(), pod_memory) {
         (true, true) => out.push((ResourceName::Memory, AssignmentType::PodExclusive)),
         (true, false) => out.push((ResourceName::Memory, AssignmentType::NodeExclusive)),
