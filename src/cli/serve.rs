@@ -385,19 +385,7 @@ pub fn settings(
             Some(text) => config::parse_duration(text)?,
             None => PoolSettings::default().drift_period,
         },
-        kubelet: match args
-            .kubelet_config
-            .as_ref()
-            .or(file.kubelet_config.as_ref())
-        {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("kubelet config {}: {e}", path.display()))?;
-                KubeletConfiguration::from_yaml(&text)
-                    .map_err(|e| format!("kubelet config {}: {e}", path.display()))?
-            }
-            None => file.kubelet.clone(),
-        },
+        kubelet: config::kubelet_fields(file, args.kubelet_config.as_deref())?,
         pod_resources,
     })
 }
