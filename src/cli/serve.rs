@@ -38,7 +38,7 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/numa-shim";
 pub const DEFAULT_WORKER_THREADS: usize = 1;
 
 /// Arguments of `numa-shim serve`. Flags override the config file.
-#[derive(Debug, Default, clap::Args)]
+#[derive(Debug, Default, Clone, clap::Args)]
 pub struct Args {
     /// Endpoint to listen on [default: unix:///run/numa-shim/cri.sock].
     #[arg(long)]

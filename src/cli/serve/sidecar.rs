@@ -90,7 +90,15 @@ pub(super) async fn reload_on_hangup(
             warn!("SIGHUP: no --config file to reload");
             continue;
         }
-        let new = match load_settings(&args) {
+        // Reading files (config, kubelet config, sockets probed, the hostname) blocks: not on the
+        // worker thread that relays CRI calls.
+        let reading = args.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            load_settings(&reading).map_err(|err| err.to_string())
+        })
+        .await
+        .unwrap_or_else(|err| Err(format!("reading the configuration failed: {err}")));
+        let new = match loaded {
             Ok(new) => new,
             Err(err) => {
                 error!(error = %err, "reload refused: keeping the running configuration");
