@@ -19,7 +19,6 @@ pub mod json;
 pub mod synthetic;
 pub mod sysfs;
 
-pub use json::format_bytes;
 pub use synthetic::{SyntheticError, SyntheticSpec};
 pub use sysfs::discover;
 

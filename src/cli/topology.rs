@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::cpuset::CpuSet;
-use crate::topology::{format_bytes, Topology};
+use crate::quantity::format_binary;
+use crate::topology::Topology;
 
 /// Arguments of `numa-shim topology`.
 #[derive(Debug, clap::Args)]
@@ -66,14 +67,14 @@ pub fn render_table(topology: &Topology) -> String {
         let hugepages: Vec<String> = node
             .hugepages
             .iter()
-            .map(|(size, total)| format!("{}={}", format_bytes(*size), format_bytes(*total)))
+            .map(|(size, total)| format!("{}={}", format_binary(*size), format_binary(*total)))
             .collect();
         let distances: Vec<String> = node.distances.iter().map(u32::to_string).collect();
         let _ = writeln!(
             out,
             "numa {}  cpus {cpu_text}  memory {}  hugepages {}  distances {}",
             node.id,
-            format_bytes(node.memory),
+            format_binary(node.memory),
             or_none(&hugepages.join(" ")),
             or_none(&distances.join(" ")),
         );

@@ -17,6 +17,7 @@
 //! Writing: memory in the largest binary unit that is exact ("64Gi", "6252756Ki"), hugepages keyed
 //! by page size ascending, `die` only when non-zero. Pure conversion: never touches the filesystem.
 
+use crate::quantity::format_binary;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -93,12 +94,6 @@ pub(crate) fn to_string(topology: &Topology) -> Result<String, TopologyError> {
     }
     out.push_str("\n}\n");
     Ok(out)
-}
-
-/// A byte count in the largest binary unit that divides it exactly: 64 GiB → "64Gi",
-/// 6402822144 → "6252756Ki", 1000 → "1000".
-pub fn format_bytes(bytes: u64) -> String {
-    crate::quantity::format_binary(bytes)
 }
 
 impl TryFrom<TopologyJson> for Topology {
@@ -207,7 +202,7 @@ fn quantity_bytes(field: &str, text: &str) -> Result<u64, TopologyError> {
 
 impl serde::Serialize for Bytes {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format_bytes(self.0))
+        s.serialize_str(&format_binary(self.0))
     }
 }
 
@@ -224,7 +219,7 @@ impl serde::Serialize for Hugepages {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.0.len()))?;
         for (size, total) in &self.0 {
-            map.serialize_entry(&format_bytes(*size), &format_bytes(*total))?;
+            map.serialize_entry(&format_binary(*size), &format_binary(*total))?;
         }
         map.end()
     }

@@ -154,7 +154,7 @@ fn format_bytes_picks_the_largest_exact_unit() {
         (3 << 40, "3Ti"),
         ((1 << 30) + (1 << 20), "1025Mi"),
     ] {
-        assert_eq!(format_bytes(bytes), want);
+        assert_eq!(format_binary(bytes), want);
         assert_eq!(Quantity::parse(want).unwrap().value().unsigned_abs(), bytes);
     }
 }
