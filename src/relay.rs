@@ -28,7 +28,7 @@ use tracing::{debug, debug_span, info, warn, Instrument};
 
 mod endpoint;
 mod error;
-mod grpc;
+pub(crate) mod grpc;
 mod hook;
 mod intercept;
 mod patch;

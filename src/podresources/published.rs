@@ -14,11 +14,10 @@ use prost::Message;
 use super::convert::pod_resources;
 use super::snapshot::{RegistrySource, Revised};
 use crate::proto::podresources::v1 as pr;
+use crate::relay::grpc::{put_prefix, PREFIX};
 
 /// `ListPodResourcesResponse.pod_resources`: field 1, length-delimited.
 const POD_RESOURCES_KEY: u8 = (1 << 3) | 2;
-/// The gRPC message prefix: compressed flag and big-endian length.
-const PREFIX: usize = 5;
 
 /// The published answer and the per-pod encodings it was assembled from.
 #[derive(Debug, Default)]
@@ -68,8 +67,7 @@ impl Published {
         }
         let size: usize = parts.iter().map(Bytes::len).sum();
         let mut body = BytesMut::with_capacity(PREFIX + size);
-        body.put_u8(0);
-        body.put_u32(u32::try_from(size).unwrap_or(u32::MAX));
+        put_prefix(&mut body, size);
         for part in &parts {
             body.extend_from_slice(part);
         }
@@ -94,8 +92,7 @@ fn encode_pod(pod: &pr::PodResources) -> Bytes {
 pub(crate) fn frame(message: &impl Message) -> Bytes {
     let len = message.encoded_len();
     let mut out = BytesMut::with_capacity(PREFIX + len);
-    out.put_u8(0);
-    out.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    put_prefix(&mut out, len);
     // Writing into a buffer sized for the message cannot fail.
     let _ = message.encode(&mut out);
     out.freeze()

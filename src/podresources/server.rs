@@ -169,7 +169,7 @@ pub fn not_found(name: &str, namespace: &str) -> String {
 /// gives a message it cannot encode (RESOURCE_EXHAUSTED would read as the rate limit, which a
 /// client retries).
 fn within_limit(framed: Bytes, limit: usize) -> Result<Bytes, Status> {
-    let size = framed.len().saturating_sub(5);
+    let size = framed.len().saturating_sub(crate::relay::grpc::PREFIX);
     if size > limit {
         return Err(Status::out_of_range(format!(
             "numa-shim: List answer is {size} bytes, over the {limit}-byte message limit"

@@ -1,5 +1,6 @@
-//! gRPC-over-HTTP/2 details the relay needs: message framing, statuses as responses and
-//! trailers, `grpc-timeout`, and the body type. Never decodes protobuf itself.
+//! gRPC-over-HTTP/2 details the relay needs: message framing (also PodResources' published
+//! answer), statuses as responses and trailers, `grpc-timeout`, and the body type. Never decodes
+//! protobuf itself.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type RelayBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 
 /// Length of the gRPC message prefix: compressed flag (1 byte) + big-endian length (4 bytes).
-const PREFIX: usize = 5;
+pub(crate) const PREFIX: usize = 5;
 
 /// Boxes any body into a [`RelayBody`].
 pub(crate) fn boxed<B>(body: B) -> RelayBody
@@ -74,11 +75,16 @@ fn status_from(headers: &HeaderMap) -> Option<Status> {
 /// Frames `message` as one uncompressed gRPC message.
 pub(crate) fn frame(message: &[u8]) -> Bytes {
     let mut buf = BytesMut::with_capacity(PREFIX + message.len());
-    buf.put_u8(0);
-    // Messages above 4 GiB cannot be framed by gRPC at all; the length is checked on collect.
-    buf.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+    put_prefix(&mut buf, message.len());
     buf.put_slice(message);
     buf.freeze()
+}
+
+/// Writes the prefix of an uncompressed gRPC message of `len` bytes.
+pub(crate) fn put_prefix(buf: &mut BytesMut, len: usize) {
+    buf.put_u8(0);
+    // Messages above 4 GiB cannot be framed by gRPC at all; callers bound the size.
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
 }
 
 /// Why a body is not exactly one uncompressed gRPC message.
