@@ -11,8 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use client::{channel, message_of, raw_unary, runtime_client, RunningRelay};
-use fake::Runtime;
+use client::{channel, message_of, raw_unary, runtime_client, setup};
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::{
     CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
@@ -134,23 +133,6 @@ fn nest(tag: u32, inner: &[u8]) -> Vec<u8> {
     prost::encoding::encode_varint(inner.len() as u64, &mut out);
     out.extend_from_slice(inner);
     out
-}
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    runtime: Runtime,
-    relay: RunningRelay,
-}
-
-async fn setup<H: Hook>(hook: H) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::start(&dir.path().join("runtime.sock")).await;
-    let relay = RunningRelay::start(&dir.path().join("shim.sock"), &runtime.path, hook).await;
-    Setup {
-        _dir: dir,
-        runtime,
-        relay,
-    }
 }
 
 #[tokio::test]

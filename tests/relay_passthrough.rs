@@ -9,27 +9,13 @@ mod fake;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use client::{channel, raw_unary, runtime_client, RunningRelay};
-use fake::Runtime;
+use client::{channel, raw_unary, runtime_client, Setup};
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::NoopHook;
 use tonic::{Code, Request};
 
-struct Setup {
-    _dir: tempfile::TempDir,
-    runtime: Runtime,
-    relay: RunningRelay,
-}
-
 async fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::start(&dir.path().join("runtime.sock")).await;
-    let relay = RunningRelay::start(&dir.path().join("shim.sock"), &runtime.path, NoopHook).await;
-    Setup {
-        _dir: dir,
-        runtime,
-        relay,
-    }
+    client::setup(NoopHook).await
 }
 
 #[tokio::test]

@@ -16,7 +16,26 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
-use super::fake::{Seen, MAX};
+use super::fake::{Runtime, Seen, MAX};
+
+/// A fake runtime and a relay in front of it, in a temp dir.
+pub struct Setup {
+    _dir: tempfile::TempDir,
+    pub runtime: Runtime,
+    pub relay: RunningRelay,
+}
+
+/// Starts the fake runtime and a relay with `hook` in front of it.
+pub async fn setup<H: Hook>(hook: H) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::start(&dir.path().join("runtime.sock")).await;
+    let relay = RunningRelay::start(&dir.path().join("shim.sock"), &runtime.path, hook).await;
+    Setup {
+        _dir: dir,
+        runtime,
+        relay,
+    }
+}
 
 /// A running relay.
 pub struct RunningRelay {
