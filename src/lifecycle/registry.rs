@@ -499,7 +499,7 @@ impl Registry {
                 .filter(|c| c.pod_uid == uid && c.pinned)
                 .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
             // Only CPUs this registry marked are released; nothing else can be affected.
-            let _ = self.node.release_unavailable(&held);
+            self.node.release_unavailable(&held);
         }
     }
 

@@ -129,8 +129,9 @@ impl Node {
     }
 
     /// Gives CPUs marked unavailable back to the shared pool (their holder is gone).
-    pub fn release_unavailable(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
-        self.cpu.release_unavailable(cpus)
+    /// CPUs that were not marked are ignored.
+    pub fn release_unavailable(&mut self, cpus: &CpuSet) {
+        self.cpu.release_unavailable(cpus);
     }
 
     pub fn topology(&self) -> &Topology {

@@ -92,6 +92,42 @@ impl CpuManager {
         self.state.default_cpu_set.difference(&self.reserved)
     }
 
+    /// Takes `cpus` out of the shared pool as an exclusive assignment of the pseudo pod
+    /// `holder` (CPUs held by others), so they are never granted. The caller checks that they
+    /// are [`available`](Self::available).
+    pub fn hold(&mut self, holder: &str, cpus: &CpuSet) {
+        self.state.default_cpu_set = self.state.default_cpu_set.difference(cpus);
+        let held = self
+            .state
+            .entries
+            .entry(holder.to_string())
+            .or_default()
+            .entry(holder.to_string())
+            .or_insert_with(|| ContainerAssignment {
+                cpus: CpuSet::new(),
+                isolation: IsolationLevel::Container,
+            });
+        held.cpus = held.cpus.union(cpus);
+    }
+
+    /// Gives the CPUs of `cpus` that `holder` holds back to the shared pool.
+    pub fn release_held(&mut self, holder: &str, cpus: &CpuSet) {
+        let Some(held) = self
+            .state
+            .entries
+            .get_mut(holder)
+            .and_then(|pod| pod.get_mut(holder))
+        else {
+            return;
+        };
+        let back = held.cpus.intersection(cpus);
+        held.cpus = held.cpus.difference(&back);
+        if held.cpus.is_empty() {
+            self.state.entries.remove(holder);
+        }
+        self.state.default_cpu_set = self.state.default_cpu_set.union(&back);
+    }
+
     /// The node shared pool (the state's default set).
     pub fn shared_pool(&self) -> &CpuSet {
         &self.state.default_cpu_set

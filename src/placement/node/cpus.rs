@@ -3,7 +3,7 @@
 
 use crate::cpuset::CpuSet;
 use crate::placement::config::{Config, CpuPolicy, ReservedCpus};
-use crate::placement::cpu::{ContainerAssignment, CpuError, CpuManager, CpuState, CpuUndo};
+use crate::placement::cpu::{CpuError, CpuManager, CpuState, CpuUndo};
 use crate::placement::qos::IsolationLevel;
 use crate::placement::{
     AdmissionError, ContainerSpec, HintProvider, PodSpec, ResourceHints, TopologyHint,
@@ -55,39 +55,14 @@ impl CpuBackend {
                 free,
             });
         }
-        let mut state = self.manager.snapshot();
-        state.default_cpu_set = state.default_cpu_set.difference(cpus);
-        let held = state
-            .entries
-            .entry(UNAVAILABLE_POD.to_string())
-            .or_default()
-            .entry(UNAVAILABLE_POD.to_string())
-            .or_insert_with(|| ContainerAssignment {
-                cpus: CpuSet::new(),
-                isolation: IsolationLevel::Container,
-            });
-        held.cpus = held.cpus.union(cpus);
-        self.manager.restore(state).map_err(state_error)?;
+        self.manager.hold(UNAVAILABLE_POD, cpus);
         Ok(())
     }
 
     /// Gives CPUs marked with `mark_unavailable` back to the shared pool (their holder is gone).
     /// CPUs that were not marked are ignored.
-    pub(super) fn release_unavailable(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
-        let mut state = self.manager.snapshot();
-        let Some(pod) = state.entries.get_mut(UNAVAILABLE_POD) else {
-            return Ok(());
-        };
-        let Some(held) = pod.get_mut(UNAVAILABLE_POD) else {
-            return Ok(());
-        };
-        let back = held.cpus.intersection(cpus);
-        held.cpus = held.cpus.difference(&back);
-        if held.cpus.is_empty() {
-            state.entries.remove(UNAVAILABLE_POD);
-        }
-        state.default_cpu_set = state.default_cpu_set.union(&back);
-        self.manager.restore(state).map_err(state_error)
+    pub(super) fn release_unavailable(&mut self, cpus: &CpuSet) {
+        self.manager.release_held(UNAVAILABLE_POD, cpus);
     }
 
     pub(super) fn container_cpus(&self, pod_uid: &str, name: &str) -> Option<CpuSet> {

@@ -238,3 +238,20 @@ fn rejected_admission_in_a_shared_memory_group_restores_the_node() {
         fresh.admit(&alone).unwrap().containers
     );
 }
+
+/// Every free CPU can be held by others (the shared pool then is empty), and giving them back
+/// restores the pool.
+#[test]
+fn all_free_cpus_can_be_marked_unavailable_and_released() {
+    let mut n = node(static_config(
+        TopologyPolicy::BestEffort,
+        TopologyScope::Container,
+    ));
+    let free = n.shared_cpus().difference(&n.reserved_cpus());
+    n.mark_unavailable(&free).unwrap();
+    assert_eq!(n.unavailable_cpus(), free);
+    assert!(n.shared_cpus().is_subset(&n.reserved_cpus()));
+    n.release_unavailable(&free);
+    assert!(n.unavailable_cpus().is_empty());
+    assert_eq!(n.shared_cpus().difference(&n.reserved_cpus()), free);
+}
