@@ -111,6 +111,25 @@ pub fn applied(old: &Settings, plan: &ReloadPlan) -> Settings {
 
 /// The resource-manager keys whose values differ.
 fn kubelet_changes(a: &KubeletConfiguration, b: &KubeletConfiguration) -> Vec<&'static str> {
+    // Names every field, so that a new one fails to compile here instead of being dropped
+    // silently on reload (neither applied nor refused).
+    let KubeletConfiguration {
+        api_version: _,
+        kind: _,
+        feature_gates: _,
+        cpu_manager_policy: _,
+        cpu_manager_policy_options: _,
+        reserved_system_cpus: _,
+        kube_reserved: _,
+        system_reserved: _,
+        eviction_hard: _,
+        merge_default_eviction_settings: _,
+        memory_manager_policy: _,
+        reserved_memory: _,
+        topology_manager_policy: _,
+        topology_manager_scope: _,
+        topology_manager_policy_options: _,
+    } = a;
     let fields: [(&'static str, bool); 13] = [
         ("featureGates", a.feature_gates != b.feature_gates),
         (

@@ -158,6 +158,16 @@ fn resource_manager_settings_need_a_drained_node() {
                 .insert("prefer-closest-numa-nodes".into(), "true".into());
         }),
     ];
+    // Every kubelet key numa-shim reads has a case here (so a new key cannot be forgotten in
+    // the reload plan).
+    let kubelet_keys: Vec<&str> = crate::config::KNOWN_KEYS
+        .iter()
+        .skip_while(|k| **k != "kind")
+        .skip(1)
+        .copied()
+        .collect();
+    let named: Vec<&str> = cases.iter().map(|(field, _)| *field).collect();
+    assert_eq!(named, kubelet_keys);
     for (field, edit) in cases {
         let mut new = base();
         edit(&mut new.kubelet);
