@@ -112,6 +112,13 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
             "kubeletPodResourcesSocket",
             "absolute",
         ),
+        ("podResourcesQps: 0", "podResourcesQps", "at least 1"),
+        ("podResourcesBurst: 0", "podResourcesBurst", "at least 1"),
+        (
+            "podResourcesSocket: /k.sock\nkubeletPodResourcesSocket: /k.sock",
+            "podResourcesSocket",
+            "kubelet's own socket",
+        ),
         (
             "metricsAddress: localhost:9464",
             "metricsAddress",

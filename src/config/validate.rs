@@ -72,6 +72,20 @@ impl Config {
                 absolute_or_off,
             ),
         );
+        if let (Some(ours), Some(kubelet)) = (
+            self.pod_resources_socket.as_deref(),
+            self.kubelet_pod_resources_socket.as_deref(),
+        ) {
+            check("podResourcesSocket", not_the_kubelets(ours, kubelet));
+        }
+        check(
+            "podResourcesQps",
+            opt(self.pod_resources_qps.as_ref(), at_least_one),
+        );
+        check(
+            "podResourcesBurst",
+            opt(self.pod_resources_burst.as_ref(), at_least_one),
+        );
         check(
             "metricsAddress",
             opt(self.metrics_address.as_deref(), metrics_address),
@@ -205,6 +219,23 @@ fn absolute(path: &Path) -> Result<(), String> {
     } else {
         Err(format!("{:?} must be an absolute path", path.display()))
     }
+}
+
+fn at_least_one(n: &u32) -> Result<(), String> {
+    (*n >= 1)
+        .then_some(())
+        .ok_or_else(|| "must be at least 1".to_string())
+}
+
+/// numa-shim's PodResources socket must not be the kubelet's (unless it is off).
+fn not_the_kubelets(ours: &Path, kubelet: &Path) -> Result<(), String> {
+    if super::is_off(ours) || ours != kubelet {
+        return Ok(());
+    }
+    Err(
+        "is the kubelet's own socket (kubeletPodResourcesSocket); numa-shim must listen elsewhere"
+            .to_string(),
+    )
 }
 
 /// An absolute path, or `none` / empty for "off" (see [`super::is_off`]).
