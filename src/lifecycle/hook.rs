@@ -269,20 +269,14 @@ impl PlacementHook {
     }
 
     fn update_container_resources(&self, req: &cri::UpdateContainerResourcesRequest) -> Decision {
-        let registry = self.placer.registry();
-        let Some(record) = registry.applied(&req.container_id) else {
+        let Some(record) = self.placer.registry().applied(&req.container_id).cloned() else {
             return Decision::Continue;
         };
-        let decision = ContainerDecision {
-            cpus: record.cpus.clone(),
-            mems: record.mems.clone(),
-            cpu_quota: record.exclusive.then_some(-1),
-            exclusive: record.exclusive,
-            isolation: Isolation::Host,
-        };
-        let mut patch = patch(&decision);
-        patch.annotations.clear();
-        Decision::Patch(patch)
+        // Only the resources: numa-shim's annotations were set when the container was created.
+        Decision::Patch(Patch {
+            resources: resources_patch(&record.cpus, record.mems, record.exclusive.then_some(-1)),
+            ..Patch::default()
+        })
     }
 
     /// Records what the runtime did; returns whether the registry changed (so the checkpoint
@@ -396,13 +390,7 @@ fn cri_resources(r: Option<&cri::LinuxContainerResources>) -> CriResources {
 }
 
 fn patch(decision: &ContainerDecision) -> Patch {
-    // An empty set would mean "every CPU" to the runtime: leave the field as the kubelet sent it.
-    let resources = ResourcesPatch {
-        cpuset_cpus: (!decision.cpus.is_empty()).then(|| decision.cpus.to_string()),
-        cpuset_mems: decision.mems.clone(),
-        cpu_quota: decision.cpu_quota,
-        ..Default::default()
-    };
+    let resources = resources_patch(&decision.cpus, decision.mems.clone(), decision.cpu_quota);
     let annotations = [
         (CPUS_ANNOTATION.to_string(), decision.cpus.to_string()),
         (
@@ -418,6 +406,17 @@ fn patch(decision: &ContainerDecision) -> Patch {
     Patch {
         resources,
         annotations,
+    }
+}
+
+/// The resource fields numa-shim sets for a container with `cpus`.
+fn resources_patch(cpus: &CpuSet, mems: Option<String>, cpu_quota: Option<i64>) -> ResourcesPatch {
+    // An empty set would mean "every CPU" to the runtime: leave the field as the kubelet sent it.
+    ResourcesPatch {
+        cpuset_cpus: (!cpus.is_empty()).then(|| cpus.to_string()),
+        cpuset_mems: mems,
+        cpu_quota,
+        ..Default::default()
     }
 }
 
