@@ -13,17 +13,25 @@ use crate::telemetry::{AssignmentType, Metrics, ResourceName, Source};
 
 /// Replaces every pool gauge with `pools` (see [`pool_counts`](super::pool_counts)).
 pub fn publish_pool_counts(pools: &[NumaPools], metrics: &Metrics) {
-    metrics.clear_pools();
+    let mut cpus = Vec::new();
+    let mut memory = Vec::new();
     for n in pools {
-        for (pool, count) in POOLS.into_iter().zip(n.cpus) {
-            metrics.set_pool_cpus(n.id, pool, count);
-        }
-        if let Some(memory) = n.memory {
-            for (pool, bytes) in POOLS.into_iter().zip(memory) {
-                metrics.set_pool_memory_bytes(n.id, pool, bytes);
-            }
+        cpus.extend(
+            POOLS
+                .into_iter()
+                .zip(n.cpus)
+                .map(|(pool, c)| (n.id, pool, c)),
+        );
+        if let Some(bytes) = n.memory {
+            memory.extend(
+                POOLS
+                    .into_iter()
+                    .zip(bytes)
+                    .map(|(pool, b)| (n.id, pool, b)),
+            );
         }
     }
+    metrics.replace_pools(&cpus, &memory);
 }
 
 /// The exclusive allocations an admitted pod got: its budgets (`pod`) and the exclusive

@@ -104,11 +104,14 @@ impl Placer {
         self.pool_changed.notify_one();
     }
 
-    /// Sets the per-NUMA pool gauges from the registry (counted under the lock, published
-    /// after it).
+    /// Sets the per-NUMA pool gauges from the registry.
     pub fn publish_pools(&self) {
-        let pools = crate::inspect::pool_counts(&self.registry());
+        // Published before the guard drops, so that concurrent calls publish in the order they
+        // counted and the newest counts stay.
+        let registry = self.registry();
+        let pools = crate::inspect::pool_counts(&registry);
         crate::inspect::publish_pool_counts(&pools, &self.metrics);
+        drop(registry);
     }
 
     /// Counts an admission: its exclusive allocations, or one allocation error.

@@ -94,6 +94,12 @@ impl ScalarFamily {
         lock(&self.series).insert(key(values), value);
     }
 
+    /// Replaces every series at once: a scrape sees the old set or the new one, never a mix.
+    pub(crate) fn replace(&self, series: impl IntoIterator<Item = (Key, f64)>) {
+        let next: BTreeMap<Key, f64> = series.into_iter().collect();
+        *lock(&self.series) = next;
+    }
+
     /// Drops every series (a gauge whose label set is rebuilt from scratch).
     pub(crate) fn clear(&self) {
         lock(&self.series).clear();

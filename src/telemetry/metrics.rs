@@ -271,6 +271,20 @@ impl Metrics {
         self.pool_memory.set(&[&node, pool.as_str()], bytes as f64);
     }
 
+    /// Replaces every pool gauge with `cpus` and `memory` (NUMA node, pool, amount), each
+    /// family in one step.
+    pub fn replace_pools(&self, cpus: &[(u32, Pool, u64)], memory: &[(u32, Pool, u64)]) {
+        let series = |rows: &[(u32, Pool, u64)]| {
+            rows.iter()
+                .map(|(node, pool, v)| {
+                    (vec![node.to_string(), pool.as_str().to_string()], *v as f64)
+                })
+                .collect::<Vec<_>>()
+        };
+        self.pool_cpus.replace(series(cpus));
+        self.pool_memory.replace(series(memory));
+    }
+
     /// Forgets every pool gauge (before publishing a new snapshot of a changed topology).
     pub fn clear_pools(&self) {
         self.pool_cpus.clear();

@@ -184,6 +184,32 @@ fn pools_drift_checkpoints_and_runtime_state() {
     assert_eq!(exposition.value(cpus, &[("pool", "shared")]), None);
 }
 
+/// Replacing the pools leaves exactly the new series: old NUMA nodes and pools go.
+#[test]
+fn replace_pools_swaps_the_whole_set() {
+    let metrics = Metrics::new();
+    metrics.set_pool_cpus(0, Pool::Shared, 30);
+    metrics.set_pool_memory_bytes(0, Pool::Shared, 7);
+    metrics.replace_pools(&[(1, Pool::Pod, 4)], &[]);
+    let exposition = scrape(&metrics);
+    let cpus = "numa_shim_pool_cpus";
+    assert_eq!(
+        exposition.value(cpus, &[("numa_node", "1"), ("pool", "pod")]),
+        Some(4.0)
+    );
+    assert_eq!(
+        exposition.value(cpus, &[("numa_node", "0"), ("pool", "shared")]),
+        None
+    );
+    assert_eq!(
+        exposition.value(
+            "numa_shim_pool_memory_bytes",
+            &[("numa_node", "0"), ("pool", "shared")]
+        ),
+        None
+    );
+}
+
 #[test]
 fn every_family_is_typed_and_every_sample_belongs_to_one() {
     let metrics = Metrics::new();
