@@ -129,10 +129,17 @@ pub async fn check_drift(placer: &Placer, runtime: &Runtime, settings: &PoolSett
         let Some(pid) = pid_of(&status).filter(|_| running) else {
             continue;
         };
-        let reading = match settings.host.read_pid(pid) {
-            Ok(reading) => reading,
-            Err(err) => {
+        // cgroupfs and /proc reads block: not on the worker thread that relays CRI calls.
+        let host = settings.host.clone();
+        let read = tokio::task::spawn_blocking(move || host.read_pid(pid)).await;
+        let reading = match read {
+            Ok(Ok(reading)) => reading,
+            Ok(Err(err)) => {
                 debug!(container = %record.container_id, error = %err, "cgroup not readable");
+                continue;
+            }
+            Err(err) => {
+                debug!(container = %record.container_id, error = %err, "cgroup read failed");
                 continue;
             }
         };
