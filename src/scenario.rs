@@ -10,6 +10,8 @@ pub mod expect;
 mod load;
 mod refs;
 pub mod report;
+mod run;
+pub mod steps;
 pub mod table;
 #[cfg(test)]
 mod tests;
@@ -18,16 +20,19 @@ use std::path::{Path, PathBuf};
 
 use crate::cpuset::{CpuSet, CpuSetError};
 use crate::k8s::{ConfigWarning, KubeletConfigError, KubeletConfiguration, PodError};
-use crate::placement::node::{Node, NodeError};
+use crate::placement::node::NodeError;
 use crate::placement::PodSpec;
 use crate::topology::{Topology, TopologyError};
 
 pub use expect::Mismatch;
 pub use report::{ContainerReport, NodeReport, PodReport, Report};
+pub use steps::{StepSnapshot, StepsReport};
 
 /// A loaded scenario: every file it names already read, every pod already converted.
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// The scenario's `id`, if it has one (kubelet-oracle cases do).
+    pub id: Option<String>,
     /// The scenario file (or `<string>`), for messages.
     pub origin: String,
     pub topology: Topology,
@@ -43,14 +48,35 @@ pub struct Scenario {
 /// One thing that happens to the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// A pod arrives; `at` names it in the scenario (`pods[2]`, `steps[0].admit`).
-    Admit { at: String, pod: PodSpec },
+    /// A pod arrives; `at` names it in the scenario (`pods[2]`, `steps[0].admit`). With `start`
+    /// its containers start right after an admission (init containers in spec order, then app
+    /// containers); without, only `Start` steps start them.
+    Admit {
+        at: String,
+        pod: PodSpec,
+        start: bool,
+    },
+    /// Containers of an admitted pod start, in this order (kubelet `PreStartContainer`).
+    Start {
+        at: String,
+        namespace: String,
+        name: String,
+        containers: Vec<String>,
+    },
     /// A pod (every live container) or one container goes away.
     Remove {
         at: String,
         namespace: String,
         name: String,
         container: Option<String>,
+    },
+    /// A pod the API server would refuse (only when loaded with API refusals kept: see
+    /// [`Scenario::from_str_keeping_refusals`]); `error` says why.
+    Refused {
+        at: String,
+        namespace: String,
+        name: String,
+        error: String,
     },
 }
 
@@ -139,115 +165,88 @@ pub enum ScenarioError {
         pod: String,
         container: String,
     },
+    #[error("{origin}: {at}: container {container:?} of pod {pod} has not started (only started containers are removed)")]
+    NotStarted {
+        origin: String,
+        at: String,
+        pod: String,
+        container: String,
+    },
 }
 
 impl Scenario {
     /// Reads a scenario file (YAML or JSON) and everything it names.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        Self::load_with(path, false)
+    }
+
+    /// [`Scenario::load`], keeping pods the API server would refuse as [`Step::Refused`].
+    pub fn load_keeping_refusals(path: &Path) -> Result<Self, ScenarioError> {
+        Self::load_with(path, true)
+    }
+
+    fn load_with(path: &Path, refusals: bool) -> Result<Self, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
             path: path.to_path_buf(),
             source,
         })?;
         let dir = path.parent().unwrap_or_else(|| Path::new("."));
-        load::from_str(&text, &path.display().to_string(), dir)
+        load::from_str(&text, &path.display().to_string(), dir, refusals)
     }
 
     /// Parses a scenario text; relative paths in it are taken from `base_dir`.
     pub fn from_str(text: &str, base_dir: &Path) -> Result<Self, ScenarioError> {
-        load::from_str(text, "<string>", base_dir)
+        load::from_str(text, "<string>", base_dir, false)
     }
 
-    /// Builds the node from the settings and plays every step.
+    /// [`Scenario::from_str`], keeping pods the API server would refuse as [`Step::Refused`].
+    pub fn from_str_keeping_refusals(text: &str, base_dir: &Path) -> Result<Self, ScenarioError> {
+        load::from_str(text, "<string>", base_dir, true)
+    }
+
+    /// Builds the node from the settings and plays every step; the report is the end state.
     pub fn run(&self) -> Result<Outcome, ScenarioError> {
-        let resolved =
-            self.kubelet
-                .resolve(&self.topology)
-                .map_err(|source| ScenarioError::Kubelet {
-                    origin: self.origin.clone(),
-                    source: Box::new(source),
-                })?;
-        let node_err = |source| ScenarioError::Node {
-            origin: self.origin.clone(),
-            source: Box::new(source),
-        };
-        let mut node = Node::new(self.topology.clone(), resolved.config).map_err(node_err)?;
-        if !self.unavailable_cpus.is_empty() {
-            node.mark_unavailable(&self.unavailable_cpus)
-                .map_err(node_err)?;
-        }
-        let mut book = report::Book::default();
+        let (mut run, warnings) = run::Run::start(self, false, &|_| {})?;
         for step in &self.steps {
-            match step {
-                Step::Admit { at, pod } => {
-                    let key = format!("{}/{}", pod.namespace, pod.name);
-                    if book.live_uid(&key).is_some() {
-                        return Err(ScenarioError::DuplicatePod {
-                            origin: self.origin.clone(),
-                            at: at.clone(),
-                            pod: key,
-                        });
-                    }
-                    let result = node.admit(pod);
-                    book.admitted(pod, result.map(|_| ()));
-                }
-                Step::Remove {
-                    at,
-                    namespace,
-                    name,
-                    container,
-                } => self.remove(
-                    &mut node,
-                    &mut book,
-                    at,
-                    namespace,
-                    name,
-                    container.as_deref(),
-                )?,
-            }
+            run.step(step)?;
         }
         Ok(Outcome {
-            report: book.report(&node),
-            warnings: resolved.warnings,
+            report: run.report(),
+            warnings,
         })
     }
 
-    fn remove(
+    /// Plays every step and answers as kubelet-oracle does (integration/kubelet-oracle/
+    /// PROTOCOL.md): a snapshot after each step, or the settings' error when the kubelet would
+    /// refuse to start with them (here the static CPU policy without reserved CPUs is refused
+    /// too, as by the kubelet).
+    pub fn run_steps(&self) -> Result<StepsReport, ScenarioError> {
+        self.run_steps_with(&|_| {})
+    }
+
+    /// [`Scenario::run_steps`] with the decision core's settings adjusted after they are read
+    /// (the differential suite reproduces a kubelet quirk this way; see
+    /// `Config::reproduce_kubelet_double_grants`).
+    pub fn run_steps_with(
         &self,
-        node: &mut Node,
-        book: &mut report::Book,
-        at: &str,
-        namespace: &str,
-        name: &str,
-        container: Option<&str>,
-    ) -> Result<(), ScenarioError> {
-        let key = format!("{namespace}/{name}");
-        let Some(uid) = book.live_uid(&key) else {
-            return Err(ScenarioError::UnknownPod {
-                origin: self.origin.clone(),
-                at: at.to_string(),
-                pod: key,
-            });
+        adjust: &dyn Fn(&mut crate::placement::Config),
+    ) -> Result<StepsReport, ScenarioError> {
+        let (mut run, _) = match run::Run::start(self, true, adjust) {
+            Ok(started) => started,
+            Err(e @ (ScenarioError::Kubelet { .. } | ScenarioError::Node { .. })) => {
+                return Ok(StepsReport::refused(self.id.clone(), &e));
+            }
+            Err(e) => return Err(e),
         };
-        match container {
-            None => {
-                node.remove_pod(&uid);
-                book.removed(&key);
-            }
-            Some(c) => {
-                if node.container(&uid, c).is_none() {
-                    return Err(ScenarioError::UnknownContainer {
-                        origin: self.origin.clone(),
-                        at: at.to_string(),
-                        pod: key,
-                        container: c.to_string(),
-                    });
-                }
-                node.remove_container(&uid, c);
-                if node.placement(&uid).is_none() {
-                    book.removed(&key);
-                }
-            }
+        let mut steps = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            run.step(step)?;
+            steps.push(run.snapshot());
         }
-        Ok(())
+        Ok(StepsReport {
+            id: self.id.clone(),
+            config_error: None,
+            steps,
+        })
     }
 }

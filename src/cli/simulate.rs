@@ -1,6 +1,7 @@
-//! `numa-shim simulate SCENARIO [--output json|table] [--check]`: runs a scenario file through
-//! the decision core and prints the report (docs/simulate.md). Configuration warnings go to
-//! stderr; with `--check` the scenario's `expect` block must match or the command fails.
+//! `numa-shim simulate SCENARIO [--output json|table|steps] [--check]`: runs a scenario file
+//! through the decision core and prints the report (docs/simulate.md). Configuration warnings go
+//! to stderr; with `--check` the scenario's `expect` block must match or the command fails.
+//! `--output steps` prints kubelet-oracle's answer format instead (a snapshot after every step).
 
 use std::path::PathBuf;
 
@@ -13,6 +14,9 @@ pub enum Output {
     Json,
     /// Pods and containers, then the NUMA map.
     Table,
+    /// A snapshot after every step, in kubelet-oracle's answer format
+    /// (integration/kubelet-oracle/PROTOCOL.md).
+    Steps,
 }
 
 /// Arguments of `numa-shim simulate`.
@@ -30,6 +34,15 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<(), super::CliError> {
+    if args.output == Output::Steps {
+        if args.check {
+            return Err("--check compares the end report: use it without --output steps".into());
+        }
+        let scenario = Scenario::load_keeping_refusals(&args.scenario)?;
+        let report = scenario.run_steps()?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
     let scenario = Scenario::load(&args.scenario)?;
     let outcome = scenario.run()?;
     for w in &outcome.warnings {
@@ -38,6 +51,7 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&outcome.report)?),
         Output::Table => print!("{}", table::render(&outcome.report, &scenario.topology)),
+        Output::Steps => {}
     }
     if args.check {
         let Some(block) = &scenario.expect else {

@@ -11,6 +11,7 @@
 mod cpu;
 mod memory;
 mod policies;
+mod running;
 mod scalar;
 #[cfg(test)]
 mod tests;
@@ -19,10 +20,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::{documents, DocumentError};
+
 use crate::cpuset::{CpuSet, CpuSetError};
 use crate::placement::config::{Config, CpuPolicy, ReservedCpus, TopologyPolicy};
 use crate::quantity::{Quantity, QuantityError};
 use crate::topology::Topology;
+pub use running::{KubeletFinding, RunningConfigError, Severity};
 
 /// The fields of a KubeletConfiguration that drive placement. Values stay as written (strings)
 /// until `resolve`, so errors can quote them.
@@ -99,8 +102,8 @@ pub enum KubeletConfigError {
     UnknownScope { value: String },
     #[error("featureGates: cannot set feature gate {gate} to false, feature is locked to true")]
     LockedGate { gate: &'static str },
-    #[error("featureGates: PodLevelResourceManagers requires PodLevelResources")]
-    GateDependency,
+    #[error("featureGates: {gate} is enabled, but depends on features that are disabled: [PodLevelResources]")]
+    GateDependency { gate: &'static str },
     #[error("cpuManagerPolicyOptions: unknown CPU Manager Policy option: {option:?}")]
     UnknownCpuOption { option: String },
     #[error("cpuManagerPolicyOptions: CPU Manager Policy {level}-level Options not enabled, but option {option:?} provided (feature gate {gate})")]
@@ -207,7 +210,19 @@ impl KubeletConfiguration {
         let memory_policy = self.memory_policy()?;
         let topology_policy = self.topology_policy()?;
         let topology_scope = self.topology_scope()?;
-        let topology_options = self.topology_options(&mut warnings)?;
+        // kubelet `topologymanager.NewManager` returns before reading its options when the
+        // policy is none.
+        let topology_options = if topology_policy == TopologyPolicy::None {
+            if !self.topology_manager_policy_options.is_empty() {
+                warnings.push(ConfigWarning {
+                    field: "topologyManagerPolicyOptions".into(),
+                    message: "ignored with topologyManagerPolicy none".into(),
+                });
+            }
+            crate::placement::config::TopologyOptions::default()
+        } else {
+            self.topology_options(&mut warnings)?
+        };
         let numa_nodes = numa_node_ids(machine).len();
         if topology_policy != TopologyPolicy::None
             && numa_nodes > topology_options.max_allowable_numa_nodes as usize
@@ -236,6 +251,7 @@ impl KubeletConfiguration {
             topology_options,
             gates,
             accept_no_reserved_cpus,
+            reproduce_kubelet_double_grants: false,
         };
         Ok(ResolvedConfig { config, warnings })
     }

@@ -92,6 +92,20 @@ pub enum PodError {
         "{field}: must be greater than or equal to aggregate container requests of {aggregate}"
     )]
     BelowContainerRequests { field: String, aggregate: Quantity },
+    #[error("{field}: must be equal to {resource} limit of {limit}")]
+    NotEqualToLimit {
+        field: String,
+        resource: String,
+        limit: Quantity,
+    },
+    #[error("{field}: Limit must be set for non overcommitable resources")]
+    LimitRequired { field: String },
+    #[error("{field}: HugePages require cpu or memory")]
+    HugepagesAlone { field: String },
+    #[error("{field}: must be greater than or equal to aggregate container limits of {aggregate}")]
+    BelowContainerLimits { field: String, aggregate: Quantity },
+    #[error("{field}: must be less than or equal to pod limits of {limit}")]
+    AbovePodLimit { field: String, limit: Quantity },
     #[error("{field}: {value} does not fit in 64 bits")]
     TooLarge { field: String, value: Quantity },
 }

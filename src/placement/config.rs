@@ -125,4 +125,9 @@ pub struct Config {
     /// Set by the KubeletConfiguration layer (`k8s`), which warns about it.
     #[serde(default)]
     pub accept_no_reserved_cpus: bool,
+    /// Reproduce kubelet 1.37.2's free core/socket test on machines with cores or sockets of
+    /// different sizes, which can grant a CPU twice (docs/fidelity.md). Only the differential
+    /// suite sets it, to show a disagreement is that divergence; never set for placement.
+    #[serde(default)]
+    pub reproduce_kubelet_double_grants: bool,
 }

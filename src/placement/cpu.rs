@@ -29,6 +29,7 @@
 //! `prefer-align-cpus-by-uncorecache` to choose as kubelet does on real machines.
 
 mod accumulator;
+mod adopt;
 mod details;
 mod distributed;
 mod hints;
@@ -38,6 +39,7 @@ mod reserved;
 mod state;
 
 pub use accumulator::{take_packed, SortingStrategy};
+pub use adopt::AdoptCpuError;
 pub use details::{CpuDetails, CpuTopology, HeaderCounts, Level};
 pub use distributed::take_distributed;
 pub use manager::{CpuManager, CpuUndo};

@@ -6,6 +6,10 @@ pub enum AdmissionError {
     /// The merged hint does not satisfy the topology policy.
     #[error("Resources cannot be allocated with Topology locality")]
     TopologyAffinity,
+    /// The same for a pod with pod-level resources (PodLevelResourceManagers on): kubelet's
+    /// `PodLevelTopologyAffinityError`, whose text names the scope.
+    #[error("Pod Scope {}", scope.text())]
+    PodLevelTopologyAffinity { scope: RefusingScope },
     /// Pod-level resources leave no room for shared containers; the message is the kubelet's.
     #[error("{message}")]
     EmptyPodSharedPool { message: String },
@@ -26,10 +30,31 @@ impl AdmissionError {
     /// The kubelet's reason string for the pod status and event.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::TopologyAffinity => "TopologyAffinityError",
+            Self::TopologyAffinity | Self::PodLevelTopologyAffinity { .. } => {
+                "TopologyAffinityError"
+            }
             Self::EmptyPodSharedPool { .. } => "EmptyPodSharedPoolError",
             Self::SmtAlignment { .. } => "SMTAlignmentError",
             Self::Unexpected(_) => "UnexpectedAdmissionError",
+        }
+    }
+}
+
+/// The Topology Manager scope that refused a pod with pod-level resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusingScope {
+    Pod,
+    Container,
+}
+
+impl RefusingScope {
+    /// The texts of kubelet's `scope_pod.go` and `scope_container.go`.
+    fn text(self) -> &'static str {
+        match self {
+            Self::Pod => "pod with pod-level resources failed admission under pod-scope topology manager",
+            Self::Container => {
+                "pod with pod-level resources failed admission with a container-level topology manager"
+            }
         }
     }
 }

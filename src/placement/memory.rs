@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use super::config::{Config, FeatureGates, MemoryPolicy};
 use super::{
-    AdmissionError, ContainerSpec, HintProvider, NumaMask, PodSpec, ResourceHints, TopologyHint,
+    AdmissionError, ContainerRole, ContainerSpec, HintProvider, NumaMask, PodSpec, ResourceHints,
+    TopologyHint,
 };
 use crate::topology::Topology;
 
@@ -91,7 +92,6 @@ type Reusable = BTreeMap<String, BTreeMap<NumaMask, BTreeMap<String, u64>>>;
 /// Saved by [`MemoryManager::undo_point`] before an admission.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryUndo {
-    machine: BTreeMap<u32, NumaState>,
     reusable: Reusable,
 }
 
@@ -134,6 +134,11 @@ impl MemoryManager {
     /// Replaces the state (restore after restart) after kubelet's `validateState`: the machine
     /// state must equal the default one charged with every stored block. An empty machine state
     /// without assignments keeps the fresh state. Init-container reuse bookkeeping starts empty.
+    ///
+    /// Deviation: a NUMA node's memory total may move while the machine runs (a VM's balloon,
+    /// memory hotplug); the kubelet then refuses its own checkpoint. Here a state consistent with
+    /// the tables it was taken on, whose every block still fits today's memory, is kept: the
+    /// blocks stand and today's tables are charged with them.
     pub fn restore(&mut self, state: MemoryState) -> Result<(), MemoryError> {
         if state.machine.is_empty() {
             if !state.containers.is_empty() {
@@ -144,8 +149,19 @@ impl MemoryManager {
                 ..MemoryState::default()
             };
         } else {
-            table::validate_state(&self.default_machine, &state, self.gates)?;
-            self.state = state;
+            match table::validate_state(&self.default_machine, &state, self.gates) {
+                Ok(()) => self.state = state,
+                Err(MemoryError::MachineStateMismatch) => {
+                    let machine =
+                        table::recharge_resized(&self.default_machine, &state, self.gates)
+                            .map_err(|_| MemoryError::MachineStateMismatch)?;
+                    tracing::info!(
+                        "memory size changed since the checkpoint; every block still fits"
+                    );
+                    self.state = MemoryState { machine, ..state };
+                }
+                Err(err) => return Err(err),
+            }
         }
         self.reusable.clear();
         Ok(())
@@ -198,25 +214,38 @@ impl MemoryManager {
             || self.reusable.contains_key(pod_uid)
     }
 
-    /// What [`MemoryManager::undo_pod`] needs: the machine table (its size depends on the NUMA
-    /// nodes and memory types, not on the pods) and the init-container reuse map (at most one
-    /// pod's entry).
+    /// What [`MemoryManager::undo_pod`] needs: the init-container reuse map (at most one pod's
+    /// entry).
     pub fn undo_point(&self) -> MemoryUndo {
         MemoryUndo {
-            machine: self.state.machine.clone(),
             reusable: self.reusable.clone(),
         }
     }
 
-    /// Undoes a failed admission of a pod that held nothing before it. The machine table is put
-    /// back as it was rather than released block by block: a release takes memory back from the
-    /// lowest node of a multi-NUMA group, which is not always the node the allocation charged
-    /// when another pod shares the group.
+    /// Undoes a failed admission of a pod that held nothing before it, as the kubelet does: its
+    /// stale-state sweep removes the refused pod's containers through the policy's
+    /// `RemoveContainer`. What goes back into a multi-NUMA group goes to the group's lowest node
+    /// with memory reserved, which is not always the node the allocation charged: the node's
+    /// decisions are as before, the group's per-node split may differ, exactly as in the kubelet.
     pub fn undo_pod(&mut self, pod_uid: &str, undo: MemoryUndo) {
-        self.state.containers.remove(pod_uid);
-        self.state.pods.remove(pod_uid);
-        self.state.machine = undo.machine;
+        self.remove_pod(pod_uid);
         self.reusable = undo.reusable;
+    }
+
+    /// kubelet `AddContainer` (called in `PreStartContainer`, once the runtime has created the
+    /// container and before it starts): the regular init containers listed before `container`
+    /// (all of them for an app container) have finished, so what they hold goes back by the
+    /// rules of removing them. Sidecars keep theirs. Unknown pods and containers are ignored.
+    pub fn start_container(&mut self, pod: &PodSpec, container: &str) {
+        for init in &pod.init_containers {
+            if init.name == container {
+                break;
+            }
+            if init.role == ContainerRole::Sidecar {
+                continue;
+            }
+            alloc::remove_container(self, &pod.uid, &init.name);
+        }
     }
 
     /// Releases every container of the pod (and its bubble).

@@ -4,16 +4,19 @@
 //!
 //! It never does I/O and never talks CRI: the shell asks it and carries the answers out.
 
+mod adopt;
 mod cpus;
 mod placement;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use adopt::{AdoptError, Found};
 pub use placement::{ContainerPlacement, CpuQuota, Isolation, PodPlacement};
 
 use self::cpus::CpuBackend;
 use super::config::{Config, TopologyPolicy, TopologyScope};
 use super::cpu::{CpuError, CpuState, CpuUndo};
+use super::error::RefusingScope;
 use super::memory::{Block, MemoryError, MemoryManager, MemoryState, MemoryUndo};
 use super::qos::IsolationLevel;
 use super::topology_manager::{TopologyManager, TopologyManagerError};
@@ -52,6 +55,9 @@ struct AdmittedPod {
     hints: BTreeMap<String, StoredHint>,
     /// Containers not removed yet.
     live: BTreeSet<String>,
+    /// Containers that started (kubelet `AddContainer`), in start order.
+    #[serde(default)]
+    started: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -169,6 +175,7 @@ impl Node {
                     spec: pod.clone(),
                     hints,
                     live,
+                    started: Vec::new(),
                 };
                 self.pods.insert(pod.uid.clone(), record);
                 tracing::debug!(pod = %pod.uid, "admitted");
@@ -213,7 +220,7 @@ impl Node {
                     ];
                     let (hint, admit) = self.topology_manager.merge(&hints);
                     if !admit {
-                        return Err(AdmissionError::TopologyAffinity);
+                        return Err(self.affinity_error(pod, RefusingScope::Container));
                     }
                     stored.insert(c.name.clone(), hint.into());
                     self.allocate_container(pod, c, &hint)?;
@@ -223,7 +230,7 @@ impl Node {
                 let hints = [self.cpu.pod_hints(pod), self.memory.pod_hints(pod)];
                 let (hint, admit) = self.topology_manager.merge(&hints);
                 if !admit {
-                    return Err(AdmissionError::TopologyAffinity);
+                    return Err(self.affinity_error(pod, RefusingScope::Pod));
                 }
                 for c in containers(pod) {
                     stored.insert(c.name.clone(), hint.into());
@@ -241,6 +248,18 @@ impl Node {
         Ok(stored)
     }
 
+    /// The Topology Manager's refusal: kubelet's `PodLevelTopologyAffinityError` for a pod with
+    /// pod-level resources under PodLevelResourceManagers, its `TopologyAffinityError` else.
+    fn affinity_error(&self, pod: &PodSpec, scope: RefusingScope) -> AdmissionError {
+        if self.config.gates.pod_level_resource_managers
+            && super::qos::is_pod_level_resources_set(pod)
+        {
+            AdmissionError::PodLevelTopologyAffinity { scope }
+        } else {
+            AdmissionError::TopologyAffinity
+        }
+    }
+
     fn allocate_container(
         &mut self,
         pod: &PodSpec,
@@ -249,6 +268,32 @@ impl Node {
     ) -> Result<(), AdmissionError> {
         self.cpu.allocate(pod, c, hint)?;
         self.memory.allocate(pod, c, hint)
+    }
+
+    /// A live container of an admitted pod starts (the kubelet's `PreStartContainer`: its
+    /// managers' `AddContainer`, after the runtime created the container and before it starts
+    /// it). The Memory Manager then gives back what the regular init containers before it held.
+    /// Returns false for an unknown pod or a container that is not live.
+    pub fn start_container(&mut self, pod_uid: &str, name: &str) -> bool {
+        let Some(record) = self.pods.get_mut(pod_uid) else {
+            return false;
+        };
+        if !record.live.contains(name) {
+            return false;
+        }
+        if !record.started.iter().any(|s| s == name) {
+            record.started.push(name.to_string());
+        }
+        self.memory.start_container(&record.spec, name);
+        tracing::debug!(pod = %pod_uid, container = %name, "started");
+        true
+    }
+
+    /// Whether the container started (and was not removed since).
+    pub fn is_started(&self, pod_uid: &str, name: &str) -> bool {
+        self.pods
+            .get(pod_uid)
+            .is_some_and(|r| r.live.contains(name) && r.started.iter().any(|s| s == name))
     }
 
     /// Releases one container by the kubelet's rules (PLRM pods: everything goes back with the
@@ -269,13 +314,21 @@ impl Node {
         tracing::debug!(pod = %pod_uid, container = %name, "removed");
     }
 
-    /// Releases every container of the pod.
+    /// Releases every container of the pod: the started ones in start order, then the others
+    /// in spec order.
     pub fn remove_pod(&mut self, pod_uid: &str) {
         let names: Vec<String> = match self.pods.get(pod_uid) {
-            Some(r) => containers(&r.spec)
-                .map(|c| c.name.clone())
-                .filter(|n| r.live.contains(n))
-                .collect(),
+            Some(r) => {
+                let unstarted = containers(&r.spec)
+                    .map(|c| &c.name)
+                    .filter(|n| !r.started.contains(n));
+                r.started
+                    .iter()
+                    .chain(unstarted)
+                    .filter(|n| r.live.contains(*n))
+                    .cloned()
+                    .collect()
+            }
             None => return,
         };
         for name in names {
@@ -336,6 +389,15 @@ impl Node {
 
     /// The node shared pool (kubelet's default CPU set).
     pub fn shared_cpus(&self) -> CpuSet {
+        self.cpu.shared()
+    }
+
+    /// The CPUs a container without a cpuset of its own may run on: the node shared pool, or
+    /// every CPU when the CPU Manager pins nothing (policy `none`). For views, not decisions.
+    pub fn unpinned_cpus(&self) -> CpuSet {
+        if self.config.cpu_policy == super::config::CpuPolicy::None {
+            return self.topology.cpus.iter().map(|c| c.id).collect();
+        }
         self.cpu.shared()
     }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::refs::{RawStep, RemoveSpec, StrOr};
+use super::refs::{RawStep, RemoveSpec, StartSpec, StartValue, StrOr};
 use super::{Scenario, ScenarioError, Step};
 use crate::cpuset::CpuSet;
 use crate::k8s::{documents, KubeletConfiguration, Pod};
@@ -15,6 +15,9 @@ use crate::topology::{Topology, TopologyError};
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawScenario {
+    /// A case id (kubelet-oracle cases carry one); echoed by `--output steps`.
+    #[serde(default)]
+    id: Option<String>,
     topology: serde_json::Value,
     #[serde(default)]
     kubelet: serde_json::Value,
@@ -31,17 +34,36 @@ struct RawScenario {
 struct Loader<'a> {
     origin: &'a str,
     dir: &'a Path,
+    /// Keep a pod the API server would refuse as a [`Step::Refused`] instead of failing.
+    refusals: bool,
+    /// The PodLevelResources gate: off, the API server drops `spec.resources`.
+    pod_level_resources: bool,
 }
 
-pub(super) fn from_str(text: &str, origin: &str, dir: &Path) -> Result<Scenario, ScenarioError> {
+pub(super) fn from_str(
+    text: &str,
+    origin: &str,
+    dir: &Path,
+    refusals: bool,
+) -> Result<Scenario, ScenarioError> {
     let raw: RawScenario =
         serde_yaml_ng::from_str(text).map_err(|source| ScenarioError::Parse {
             origin: origin.to_string(),
             source: Box::new(source),
         })?;
-    let l = Loader { origin, dir };
+    let mut l = Loader {
+        origin,
+        dir,
+        refusals,
+        pod_level_resources: true,
+    };
     let topology = l.topology(&raw.topology)?;
     let kubelet = l.kubelet(&raw.kubelet)?;
+    l.pod_level_resources = kubelet
+        .feature_gates
+        .get("PodLevelResources")
+        .copied()
+        .unwrap_or(true);
     let unavailable_cpus =
         CpuSet::parse(raw.unavailable_cpus.as_deref().unwrap_or("")).map_err(|source| {
             ScenarioError::UnavailableCpus {
@@ -51,21 +73,29 @@ pub(super) fn from_str(text: &str, origin: &str, dir: &Path) -> Result<Scenario,
         })?;
     let mut steps = Vec::new();
     for (i, p) in raw.pods.iter().enumerate() {
-        steps.extend(l.admissions(&format!("pods[{i}]"), p)?);
+        steps.extend(l.admissions(&format!("pods[{i}]"), p, true)?);
     }
     for (i, s) in raw.steps.iter().enumerate() {
-        match (&s.admit, &s.remove) {
-            (Some(p), None) => steps.extend(l.admissions(&format!("steps[{i}].admit"), p)?),
-            (None, Some(r)) => steps.push(removal(&format!("steps[{i}].remove"), r)),
+        match (&s.admit, &s.start, &s.remove) {
+            (Some(p), None | Some(StartValue::Flag(_)), None) => {
+                let start = !matches!(s.start, Some(StartValue::Flag(false)));
+                steps.extend(l.admissions(&format!("steps[{i}].admit"), p, start)?);
+            }
+            (None, Some(StartValue::Containers(spec)), None) => {
+                steps.push(start(&format!("steps[{i}].start"), spec));
+            }
+            (None, None, Some(r)) => steps.push(removal(&format!("steps[{i}].remove"), r)),
             _ => {
                 return Err(l.invalid(
                     &format!("steps[{i}]"),
-                    "needs exactly one of admit or remove",
+                    "needs exactly one of admit, start ({pod, containers}) or remove; \
+                     start: false only beside admit",
                 ))
             }
         }
     }
     Ok(Scenario {
+        id: raw.id,
         origin: origin.to_string(),
         topology,
         kubelet,
@@ -208,7 +238,12 @@ impl Loader<'_> {
 
     /// The pods a `pods` entry or `admit` step stands for: one inline manifest, or every Pod
     /// document of a file (other kinds skipped).
-    fn admissions(&self, at: &str, p: &StrOr<Box<Pod>>) -> Result<Vec<Step>, ScenarioError> {
+    fn admissions(
+        &self,
+        at: &str,
+        p: &StrOr<Box<Pod>>,
+        start: bool,
+    ) -> Result<Vec<Step>, ScenarioError> {
         let pods: Vec<(String, Pod)> = match p {
             StrOr::Inline(pod) => vec![(at.to_string(), (**pod).clone())],
             StrOr::Str(rel) => {
@@ -226,17 +261,45 @@ impl Loader<'_> {
             }
         };
         pods.into_iter()
-            .map(|(at, pod)| {
-                let spec = pod.to_pod_spec().map_err(|source| ScenarioError::Pod {
-                    origin: self.origin.to_string(),
-                    at: at.clone(),
-                    pod: pod.key(),
-                    source: Box::new(source),
-                })?;
-                Ok(Step::Admit { at, pod: spec })
+            .map(|(at, mut pod)| {
+                if !self.pod_level_resources {
+                    // The API server drops disabled fields (DropDisabledPodFields).
+                    pod.spec.resources = None;
+                }
+                (at, pod)
+            })
+            .map(|(at, pod)| match pod.to_pod_spec() {
+                Ok(spec) => Ok(Step::Admit {
+                    at,
+                    pod: spec,
+                    start,
+                }),
+                Err(source) => {
+                    if !self.refusals {
+                        return Err(ScenarioError::Pod {
+                            origin: self.origin.to_string(),
+                            at: at.clone(),
+                            pod: pod.key(),
+                            source: Box::new(source),
+                        });
+                    }
+                    let (namespace, name) = split_key(&pod.key());
+                    Ok(Step::Refused {
+                        at,
+                        namespace,
+                        name,
+                        error: source.to_string(),
+                    })
+                }
             })
             .collect()
     }
+}
+
+/// `namespace/name`, or `name` in namespace `default`.
+fn split_key(pod: &str) -> (String, String) {
+    let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod));
+    (namespace.to_string(), name.to_string())
 }
 
 fn removal(at: &str, r: &StrOr<RemoveSpec>) -> Step {
@@ -244,11 +307,21 @@ fn removal(at: &str, r: &StrOr<RemoveSpec>) -> Step {
         StrOr::Str(s) => (s.as_str(), None),
         StrOr::Inline(spec) => (spec.pod.as_str(), spec.container.clone()),
     };
-    let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod));
+    let (namespace, name) = split_key(pod);
     Step::Remove {
         at: at.to_string(),
-        namespace: namespace.to_string(),
-        name: name.to_string(),
+        namespace,
+        name,
         container,
+    }
+}
+
+fn start(at: &str, spec: &StartSpec) -> Step {
+    let (namespace, name) = split_key(&spec.pod);
+    Step::Start {
+        at: at.to_string(),
+        namespace,
+        name,
+        containers: spec.containers.clone(),
     }
 }

@@ -65,65 +65,120 @@ pub struct NodeReport {
     pub shared_cpus: String,
 }
 
+/// What became of a pod.
 #[derive(Debug, Clone)]
-enum State {
+pub(super) enum State {
     Admitted,
     Rejected(AdmissionError),
+    /// The API server would refuse the pod (it never reaches the node).
+    Refused(String),
+    /// Removed as a whole.
     Removed,
+}
+
+/// One pod the book has seen.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) namespace: String,
+    pub(super) name: String,
+    /// The pod as admitted (none for a refused pod).
+    pub(super) pod: Option<PodSpec>,
+    pub(super) state: State,
 }
 
 /// The pods seen so far and what became of them.
 #[derive(Debug, Default)]
 pub(super) struct Book {
-    order: Vec<(String, PodSpec, State)>,
+    order: Vec<Entry>,
     index: BTreeMap<String, usize>,
 }
 
 impl Book {
-    pub(super) fn admitted(&mut self, pod: &PodSpec, result: Result<(), AdmissionError>) {
-        let key = format!("{}/{}", pod.namespace, pod.name);
-        let state = match result {
-            Ok(()) => State::Admitted,
-            Err(e) => State::Rejected(e),
+    fn record(&mut self, namespace: &str, name: &str, pod: Option<PodSpec>, state: State) {
+        let key = format!("{namespace}/{name}");
+        let entry = Entry {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            pod,
+            state,
         };
         match self.index.get(&key) {
-            Some(&i) => self.order[i] = (key, pod.clone(), state),
+            Some(&i) => self.order[i] = entry,
             None => {
-                self.index.insert(key.clone(), self.order.len());
-                self.order.push((key, pod.clone(), state));
+                self.index.insert(key, self.order.len());
+                self.order.push(entry);
             }
         }
     }
 
-    /// The uid of a pod that is admitted and not removed.
-    pub(super) fn live_uid(&self, key: &str) -> Option<String> {
-        let (_, pod, state) = &self.order[*self.index.get(key)?];
-        matches!(state, State::Admitted).then(|| pod.uid.clone())
+    pub(super) fn admitted(&mut self, pod: &PodSpec, result: Result<(), AdmissionError>) {
+        let state = match result {
+            Ok(()) => State::Admitted,
+            Err(e) => State::Rejected(e),
+        };
+        self.record(&pod.namespace, &pod.name, Some(pod.clone()), state);
     }
 
-    pub(super) fn removed(&mut self, key: &str) {
-        if let Some(&i) = self.index.get(key) {
-            self.order[i].2 = State::Removed;
+    pub(super) fn refused(&mut self, namespace: &str, name: &str, error: String) {
+        self.record(namespace, name, None, State::Refused(error));
+    }
+
+    /// The uid of a pod that is admitted and not removed.
+    pub(super) fn live_uid(&self, key: &str) -> Option<String> {
+        let entry = &self.order[*self.index.get(key)?];
+        match (&entry.state, &entry.pod) {
+            (State::Admitted, Some(pod)) => Some(pod.uid.clone()),
+            _ => None,
         }
     }
 
-    pub(super) fn report(&self, node: &Node) -> Report {
+    fn set_state(&mut self, key: &str, state: State) {
+        if let Some(&i) = self.index.get(key) {
+            self.order[i].state = state;
+        }
+    }
+
+    pub(super) fn removed(&mut self, key: &str) {
+        self.set_state(key, State::Removed);
+    }
+
+    /// Whether the pod was refused by the API server or the node (and not removed).
+    pub(super) fn is_refused_or_rejected(&self, key: &str) -> bool {
+        self.index
+            .get(key)
+            .is_some_and(|&i| matches!(self.order[i].state, State::Refused(_) | State::Rejected(_)))
+    }
+
+    /// Every pod seen, in first-arrival order.
+    pub(super) fn entries(&self) -> &[Entry] {
+        &self.order
+    }
+
+    /// The end report; `stopped` (pod uid → containers) are left out of their pods.
+    pub(super) fn report(&self, node: &Node, stopped: &Stopped) -> Report {
         let pods = self
             .order
             .iter()
-            .filter_map(|(_, pod, state)| match state {
-                State::Removed => None,
-                State::Rejected(e) => Some(PodReport {
-                    namespace: pod.namespace.clone(),
-                    name: pod.name.clone(),
+            .filter_map(|e| {
+                let rejected = |reason: Option<&str>, message: String| PodReport {
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
                     admitted: false,
-                    reason: Some(e.reason().to_string()),
-                    message: Some(e.to_string()),
+                    reason: reason.map(str::to_string),
+                    message: Some(message),
                     cpus: None,
                     memory_nodes: None,
                     containers: Vec::new(),
-                }),
-                State::Admitted => admitted_report(node, pod),
+                };
+                match (&e.state, &e.pod) {
+                    (State::Removed, _) => None,
+                    (State::Rejected(err), _) => {
+                        Some(rejected(Some(err.reason()), err.to_string()))
+                    }
+                    (State::Refused(msg), _) => Some(rejected(None, msg.clone())),
+                    (State::Admitted, Some(pod)) => admitted_report(node, pod, stopped),
+                    (State::Admitted, None) => None,
+                }
             })
             .collect();
         Report {
@@ -136,8 +191,12 @@ impl Book {
     }
 }
 
-fn admitted_report(node: &Node, pod: &PodSpec) -> Option<PodReport> {
+/// Pod uid → containers that stopped (kept by the node, left out of reports).
+pub(super) type Stopped = BTreeMap<String, std::collections::BTreeSet<String>>;
+
+fn admitted_report(node: &Node, pod: &PodSpec, stopped: &Stopped) -> Option<PodReport> {
     let placement = node.placement(&pod.uid)?;
+    let gone = stopped.get(&pod.uid);
     let memory_nodes: CpuSet = placement
         .memory
         .iter()
@@ -154,6 +213,7 @@ fn admitted_report(node: &Node, pod: &PodSpec) -> Option<PodReport> {
         containers: placement
             .containers
             .iter()
+            .filter(|c| gone.is_none_or(|g| !g.contains(&c.name)))
             .map(|c| container_report(node, pod, c))
             .collect(),
     })

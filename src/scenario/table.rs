@@ -74,7 +74,16 @@ fn pods_table(out: &mut String, pods: &[PodReport]) {
 
 fn numa_map(out: &mut String, report: &Report, topology: &Topology) {
     let reserved = parse(&report.node.reserved_cpus);
-    let shared = parse(&report.node.shared_cpus);
+    let mut shared = parse(&report.node.shared_cpus);
+    // Nothing pinned at all (CPU policy none): every CPU runs anything.
+    let pinned = report
+        .pods
+        .iter()
+        .flat_map(|p| &p.containers)
+        .any(|c| !c.cpus.is_empty());
+    if shared.is_empty() && reserved.is_empty() && !pinned {
+        shared = topology.cpus.iter().map(|c| c.id).collect();
+    }
     let mut exclusive: BTreeMap<u32, Vec<ContainerRef>> = BTreeMap::new();
     let mut pod_pool: BTreeMap<u32, String> = BTreeMap::new();
     for p in report.pods.iter().filter(|p| p.admitted) {

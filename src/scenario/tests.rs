@@ -24,7 +24,7 @@ fn pod(name: &str, body: &str) -> String {
 }
 
 #[test]
-fn the_none_policies_put_every_container_on_the_node_shared_pool() {
+fn the_none_policies_pin_nothing() {
     let text = format!(
         "{MACHINE}kubelet: {{reservedSystemCPUs: \"0\"}}\npods:\n{}",
         pod(
@@ -38,12 +38,13 @@ fn the_none_policies_put_every_container_on_the_node_shared_pool() {
         json,
         serde_json::json!({
             "pods": [{"namespace": "default", "name": "web", "admitted": true, "containers": [
-                {"name": "log", "role": "sidecar", "cpus": "0-3", "exclusive": false, "cpuQuota": 200000},
-                {"name": "app", "role": "app", "cpus": "0-3", "exclusive": false, "cpuQuota": 150000},
-                {"name": "helper", "role": "app", "cpus": "0-3", "exclusive": false, "cpuQuota": 200000}
+                {"name": "log", "role": "sidecar", "cpus": "", "exclusive": false, "cpuQuota": 200000},
+                {"name": "app", "role": "app", "cpus": "", "exclusive": false, "cpuQuota": 150000},
+                {"name": "helper", "role": "app", "cpus": "", "exclusive": false, "cpuQuota": 200000}
             ]}],
-            // The none CPU policy reserves nothing (reservedSystemCPUs only shapes allocatable).
-            "node": {"reservedCPUs": "", "sharedCPUs": "0-3"}
+            // The none CPU policy reserves nothing (reservedSystemCPUs only shapes allocatable)
+            // and pins nothing: no cpuset, an empty default set, as in the kubelet.
+            "node": {"reservedCPUs": "", "sharedCPUs": ""}
         })
     );
     assert!(out.warnings.is_empty());
@@ -127,7 +128,7 @@ fn files_are_read_relative_to_the_scenario() {
         .iter()
         .map(|st| match st {
             Step::Admit { pod, .. } => format!("{}/{}", pod.namespace, pod.name),
-            Step::Remove { .. } => "remove".into(),
+            other => format!("{other:?}"),
         })
         .collect();
     assert_eq!(names, ["default/a", "x/b"]);

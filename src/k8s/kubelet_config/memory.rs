@@ -107,7 +107,10 @@ impl KubeletConfiguration {
     }
 
     /// `kubeReserved.memory + systemReserved.memory + evictionHard[memory.available]`.
-    fn node_allocatable_memory(&self, machine: &Topology) -> Result<Quantity, KubeletConfigError> {
+    pub(super) fn node_allocatable_memory(
+        &self,
+        machine: &Topology,
+    ) -> Result<Quantity, KubeletConfigError> {
         let kube = reservation_map("kubeReserved", &self.kube_reserved)?;
         let system = reservation_map("systemReserved", &self.system_reserved)?;
         let eviction = self.eviction_memory(machine)?;

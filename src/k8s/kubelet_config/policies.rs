@@ -66,8 +66,18 @@ impl KubeletConfiguration {
             pod_level_resources: self.gate("PodLevelResources"),
             pod_level_resource_managers: self.gate("PodLevelResourceManagers"),
         };
-        if gates.pod_level_resource_managers && !gates.pod_level_resources {
-            return Err(KubeletConfigError::GateDependency);
+        if !gates.pod_level_resources {
+            // The kubelet's gates that depend on PodLevelResources (PodLevelResourceManagers,
+            // and in 1.37 three more that default on) must be off with it.
+            const DEPENDENTS: [&str; 4] = [
+                "PodLevelResourceManagers",
+                "InPlacePodLevelResourcesVerticalScaling",
+                "PodLevelResourcesFixDefaulting",
+                "PodLevelResourcesFixKubeletQOSClass",
+            ];
+            if let Some(gate) = DEPENDENTS.into_iter().find(|g| self.gate(g)) {
+                return Err(KubeletConfigError::GateDependency { gate });
+            }
         }
         Ok(gates)
     }

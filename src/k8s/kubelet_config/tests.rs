@@ -181,7 +181,7 @@ fn accepted_with_warnings() {
         ["reservedMemory"]
     );
     assert_eq!(
-        warned("topologyManagerPolicyOptions: {max-allowable-numa-nodes: \"16\"}"),
+        warned("topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: \"16\"}"),
         ["topologyManagerPolicyOptions[max-allowable-numa-nodes]"]
     );
     let r = resolve("cpuManagerPolicy: static").unwrap();
@@ -203,8 +203,12 @@ fn feature_gates_can_be_turned_off() {
         resolve("featureGates: {PodLevelResourceManagers: false, SomeOtherGate: true}").unwrap();
     assert!(r.config.gates.pod_level_resources);
     assert!(!r.config.gates.pod_level_resource_managers);
-    let r = resolve("featureGates: {PodLevelResources: false, PodLevelResourceManagers: false}")
-        .unwrap();
+    let r = resolve(
+        "featureGates: {PodLevelResources: false, PodLevelResourceManagers: false, \
+         InPlacePodLevelResourcesVerticalScaling: false, PodLevelResourcesFixDefaulting: false, \
+         PodLevelResourcesFixKubeletQOSClass: false}",
+    )
+    .unwrap();
     assert!(!r.config.gates.pod_level_resources);
 }
 
@@ -235,7 +239,16 @@ fn every_rejected_value_names_its_field_and_reason() {
         ("topologyManagerPolicy: single-numa".into(), "topologyManagerPolicy: unknown policy \"single-numa\""),
         ("topologyManagerScope: node".into(), "topologyManagerScope: unknown scope \"node\""),
         ("featureGates: {CPUManagerPolicyOptions: false}".into(), "featureGates: cannot set feature gate CPUManagerPolicyOptions to false"),
-        ("featureGates: {PodLevelResources: false}".into(), "featureGates: PodLevelResourceManagers requires PodLevelResources"),
+        ("featureGates: {PodLevelResources: false}".into(), "featureGates: PodLevelResourceManagers is enabled, but depends on features that are disabled: [PodLevelResources]"),
+        // kubelet 1.37's gates that depend on PodLevelResources and default on.
+        (
+            "featureGates: {PodLevelResources: false, PodLevelResourceManagers: false}".into(),
+            "featureGates: InPlacePodLevelResourcesVerticalScaling is enabled, but depends on features that are disabled: [PodLevelResources]",
+        ),
+        (
+            "featureGates: {PodLevelResources: false, PodLevelResourceManagers: false, InPlacePodLevelResourcesVerticalScaling: false, PodLevelResourcesFixDefaulting: false}".into(),
+            "featureGates: PodLevelResourcesFixKubeletQOSClass is enabled, but depends on features that are disabled: [PodLevelResources]",
+        ),
         (format!("{s}cpuManagerPolicyOptions: {{turbo: \"true\"}}"), "cpuManagerPolicyOptions: unknown CPU Manager Policy option: \"turbo\""),
         (
             format!("{s}featureGates: {{CPUManagerPolicyAlphaOptions: false}}\ncpuManagerPolicyOptions: {{align-by-socket: \"true\"}}"),
@@ -290,10 +303,10 @@ fn every_rejected_value_names_its_field_and_reason() {
             "reservedMemory: the total amount \"2Mi\" of type \"hugepages-2Mi\" is not equal to the value \"0\"",
         ),
         (format!("{mm}evictionHard: {{}}"), "reservedMemory: the Static memory manager policy needs system reserved memory"),
-        ("topologyManagerPolicyOptions: {turbo: \"1\"}".into(), "topologyManagerPolicyOptions: unknown Topology Manager Policy option: \"turbo\""),
-        ("topologyManagerPolicyOptions: {prefer-closest-numa-nodes: maybe}".into(), "topologyManagerPolicyOptions[prefer-closest-numa-nodes]: bad value \"maybe\""),
-        ("topologyManagerPolicyOptions: {max-allowable-numa-nodes: \"4\"}".into(), "topologyManagerPolicyOptions[max-allowable-numa-nodes]: the minimum value should not be less than 8"),
-        ("topologyManagerPolicyOptions: {max-allowable-numa-nodes: many}".into(), "topologyManagerPolicyOptions[max-allowable-numa-nodes]: bad value \"many\""),
+        ("topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {turbo: \"1\"}".into(), "topologyManagerPolicyOptions: unknown Topology Manager Policy option: \"turbo\""),
+        ("topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {prefer-closest-numa-nodes: maybe}".into(), "topologyManagerPolicyOptions[prefer-closest-numa-nodes]: bad value \"maybe\""),
+        ("topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: \"4\"}".into(), "topologyManagerPolicyOptions[max-allowable-numa-nodes]: the minimum value should not be less than 8"),
+        ("topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: many}".into(), "topologyManagerPolicyOptions[max-allowable-numa-nodes]: bad value \"many\""),
     ];
     for (yaml, want) in cases {
         let got = match resolve(&yaml) {
@@ -375,4 +388,27 @@ fn the_kubelet_configuration_document_is_picked_from_a_file() {
     )
     .unwrap_err();
     assert_eq!(e.to_string(), "more than one KubeletConfiguration document");
+}
+
+/// kubelet `topologymanager.NewManager` returns before reading its options when the policy is
+/// `none`: whatever they say, the kubelet starts (numa-shim warns that they are ignored).
+#[test]
+fn topology_options_are_not_read_under_the_none_policy() {
+    let r = resolve("topologyManagerPolicyOptions: {max-allowable-numa-nodes: \"4\", bogus: x}")
+        .unwrap();
+    assert_eq!(
+        r.config.topology_options,
+        crate::placement::config::TopologyOptions::default()
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.field == "topologyManagerPolicyOptions"),
+        "{:?}",
+        r.warnings
+    );
+    assert!(resolve(
+        "topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: \"4\"}"
+    )
+    .is_err());
 }

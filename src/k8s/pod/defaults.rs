@@ -1,7 +1,10 @@
 //! The API server's defaulting and the validation placement relies on, on the resource lists of
-//! one Pod (`SetDefaults_Pod`, `defaultHugePagePodLimits`, `defaultPodRequests`,
-//! `defaultPodLimits` in `pkg/apis/core/v1/defaults.go`; the sidecar-aware aggregation of
-//! `component-helpers/resource`).
+//! one Pod, as kubernetes v1.37.2 does them: container limits default requests
+//! (`SetDefaults_Pod`), then, with PodLevelResourcesFixDefaulting (beta, on), the pod's
+//! `PrepareForCreate` runs `DefaultPodLevelResources` (`pkg/api/pod/util.go`: hugepage limits,
+//! requests, limits); validation follows `validateResourceRequirements` and the pod-level
+//! checks of `pkg/apis/core/validation`. Aggregates are the sidecar-aware ones of
+//! `component-helpers/resource`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,6 +44,11 @@ impl Res {
         for (k, v) in &self.limits {
             self.requests.entry(k.clone()).or_insert(*v);
         }
+    }
+
+    /// Whether any request or limit is written (the pod-level defaulting runs only then).
+    fn is_set(&self) -> bool {
+        !self.requests.is_empty() || !self.limits.is_empty()
     }
 
     /// Whether any pod-level-supported resource is set (`IsPodLevelResourcesSet`).
@@ -117,10 +125,10 @@ impl<'a> Defaulted<'a> {
         self.init.iter().chain(&self.apps)
     }
 
-    /// `defaultHugePagePodLimits`: pod hugepage limits from aggregated container limits.
+    /// `defaultHugePagePodLevelLimits`: pod hugepage limits from aggregated container limits,
+    /// where the pod names neither a request nor a limit for that size.
     fn default_hugepage_pod_limits(&mut self) {
-        let Some(pod) = &self.pod else { return };
-        if pod.limits.is_empty() && pod.requests.is_empty() {
+        if !self.pod.as_ref().is_some_and(Res::is_set) {
             return;
         }
         let aggregate = self.aggregate(|r| &r.limits);
@@ -132,11 +140,10 @@ impl<'a> Defaulted<'a> {
         }
     }
 
-    /// `defaultPodRequests`: with pod limits set, missing pod requests of cpu/memory come from
-    /// the aggregated container requests, then any still missing from the pod limits.
+    /// `defaultPodLevelRequests`: missing pod requests of cpu and memory come from the
+    /// aggregated container requests, then any still missing from the pod limits.
     fn default_pod_requests(&mut self) {
-        let Some(pod) = &self.pod else { return };
-        if pod.limits.is_empty() {
+        if !self.pod.as_ref().is_some_and(Res::is_set) {
             return;
         }
         let aggregate = self.aggregate(|r| &r.requests);
@@ -153,28 +160,32 @@ impl<'a> Defaulted<'a> {
         }
     }
 
-    /// `defaultPodLimits`: with pod requests but no pod limits, cpu/memory limits come from the
-    /// aggregated container limits when every container has a limit for that resource.
-    /// UNCERTAIN: present in the newest stored `defaults.go` copy; the helper that decides "every
-    /// container" was not found, read here as init and app containers alike.
+    /// `defaultPodLevelLimits`: a pod request without a pod limit gets the limit
+    /// max(request, aggregated container limits) when every container (init containers and
+    /// sidecars included) has a limit for that resource.
     fn default_pod_limits(&mut self) {
-        let Some(pod) = &self.pod else { return };
-        if pod.limits.keys().any(|k| is_pod_level(k))
-            || !pod.requests.keys().any(|k| is_pod_level(k))
-        {
+        let Some(pod) = self.pod.as_ref().filter(|p| p.is_set()) else {
             return;
-        }
-        let aggregate = self.aggregate(|r| &r.limits);
-        let everyone_has: BTreeSet<String> = aggregate
+        };
+        let candidates: Vec<String> = pod
+            .requests
             .keys()
+            .filter(|k| is_pod_level(k) && !pod.limits.contains_key(*k))
             .filter(|k| self.all_containers().all(|r| r.limits.contains_key(*k)))
             .cloned()
             .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let aggregate = self.aggregate(|r| &r.limits);
         let Some(pod) = &mut self.pod else { return };
-        for (k, v) in aggregate {
-            if is_pod_level(&k) && is_overcommittable(&k) && everyone_has.contains(&k) {
-                pod.limits.entry(k).or_insert(v);
-            }
+        for k in candidates {
+            let Some(&limit) = aggregate.get(&k) else {
+                continue;
+            };
+            let request = pod.requests.get(&k).copied().unwrap_or(limit);
+            pod.limits
+                .insert(k, if request > limit { request } else { limit });
         }
     }
 
@@ -240,6 +251,30 @@ impl<'a> Defaulted<'a> {
                 }
             }
         }
+        let limits = self.aggregate(|r| &r.limits);
+        for (k, &sum) in limits.iter().filter(|(k, _)| is_hugepages(k)) {
+            if let Some(&pod_limit) = pod.limits.get(k) {
+                if sum > pod_limit {
+                    return Err(PodError::BelowContainerLimits {
+                        field: format!("spec.resources.limits[{k}]"),
+                        aggregate: sum,
+                    });
+                }
+            }
+        }
+        // Only `spec.containers`, as the API server checks.
+        for (i, c) in self.apps.iter().enumerate() {
+            for (k, &limit) in &c.limits {
+                if let Some(&pod_limit) = pod.limits.get(k) {
+                    if limit > pod_limit {
+                        return Err(PodError::AbovePodLimit {
+                            field: format!("spec.resources.containers[{i}][{k}].limits"),
+                            limit: pod_limit,
+                        });
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -263,15 +298,43 @@ fn validate_res(r: &Res, field: &str) -> Result<(), PodError> {
         }
     }
     for (k, &request) in &r.requests {
-        if let Some(&limit) = r.limits.get(k) {
-            if request > limit {
+        match r.limits.get(k) {
+            Some(&limit) if !is_overcommittable(k) && request != limit => {
+                return Err(PodError::NotEqualToLimit {
+                    field: format!("{field}.requests[{k}]"),
+                    resource: k.clone(),
+                    limit,
+                });
+            }
+            Some(&limit) if request > limit => {
                 return Err(PodError::RequestAboveLimit {
                     field: format!("{field}.requests[{k}]"),
                     resource: k.clone(),
                     limit,
                 });
             }
+            None if !is_overcommittable(k) => {
+                return Err(PodError::LimitRequired {
+                    field: format!("{field}.limits"),
+                });
+            }
+            _ => {}
         }
+    }
+    let cpu_or_memory = r
+        .requests
+        .keys()
+        .chain(r.limits.keys())
+        .any(|k| matches!(k.as_str(), "cpu" | "memory"));
+    let hugepages = r
+        .requests
+        .keys()
+        .chain(r.limits.keys())
+        .any(|k| is_hugepages(k));
+    if hugepages && !cpu_or_memory {
+        return Err(PodError::HugepagesAlone {
+            field: field.to_string(),
+        });
     }
     Ok(())
 }

@@ -117,8 +117,8 @@ metadata: {name: a}
 spec:
   resources: {requests: {cpu: 2, memory: 1Gi}, limits: {cpu: 2, memory: 1Gi}}
   containers:
-  - {name: a, resources: {limits: {hugepages-2Mi: 4Mi}}}
-  - {name: b, resources: {limits: {hugepages-2Mi: 2Mi}}}
+  - {name: a, resources: {limits: {memory: 64Mi, hugepages-2Mi: 4Mi}}}
+  - {name: b, resources: {limits: {memory: 64Mi, hugepages-2Mi: 2Mi}}}
 "#,
     );
     let budget = p.resources.unwrap();
@@ -238,6 +238,79 @@ fn rejected_pods_name_the_field_and_reason() {
     ];
     for (yaml, want) in cases {
         let got = err(&yaml);
+        assert!(
+            got.starts_with(want),
+            "for\n{yaml}\n got: {got}\nwant: {want}"
+        );
+    }
+}
+
+/// v1.37.2 `DefaultPodLevelResources` (PodLevelResourcesFixDefaulting, on by default): pod
+/// requests come from the containers' aggregate whenever `spec.resources` says anything, and pod
+/// limits are defaulted per resource, to max(pod request, aggregated container limits).
+#[test]
+fn pod_level_defaulting_is_per_resource() {
+    // Requests only: memory request from the containers, limits from the containers (all have
+    // them) — a Guaranteed budget.
+    let p = spec(
+        r#"
+metadata: {name: a}
+spec:
+  resources: {requests: {cpu: 2}}
+  containers:
+  - {name: a, resources: {limits: {cpu: 1, memory: 1Gi}}}
+  - {name: b, resources: {limits: {cpu: 1, memory: 512Mi}}}
+"#,
+    );
+    let budget = p.resources.unwrap();
+    assert_eq!(budget.requests.memory, Some(3 * GI / 2));
+    assert_eq!(budget.limits.cpu_milli, Some(2000));
+    assert_eq!(budget.limits.memory, Some(3 * GI / 2));
+    // A pod memory limit does not stop the cpu limit's defaulting; a pod request above the
+    // containers' limits raises the limit to it.
+    let p = spec(
+        r#"
+metadata: {name: a}
+spec:
+  resources: {requests: {cpu: 3}, limits: {memory: 2Gi}}
+  containers:
+  - {name: a, resources: {limits: {cpu: 1, memory: 1Gi}}}
+"#,
+    );
+    let budget = p.resources.unwrap();
+    assert_eq!(budget.limits.cpu_milli, Some(3000));
+    assert_eq!(budget.requests.memory, Some(GI));
+}
+
+/// v1.37.2 `validateResourceRequirements` and `validatePodResourceConsistency`: hugepages are
+/// not overcommittable (request = limit, a request needs a limit, and cpu or memory too), pod
+/// hugepage limits cover the containers', and no app container's limit exceeds the pod's.
+#[test]
+fn the_api_servers_resource_rules_refuse_the_pod() {
+    let cases: Vec<(&str, &str)> = vec![
+        (
+            "metadata: {name: a}\nspec:\n  resources: {requests: {cpu: 1, memory: 1Gi, hugepages-2Mi: 4Mi}}\n  containers: [{name: c}]",
+            "spec.resources.limits: Limit must be set for non overcommitable resources",
+        ),
+        (
+            "metadata: {name: a}\nspec:\n  resources: {limits: {cpu: 1, memory: 128Mi}}\n  containers: [{name: c, resources: {requests: {memory: 64Mi}, limits: {memory: 256Mi}}}]",
+            "spec.resources.containers[0][memory].limits: must be less than or equal to pod limits of 134217728",
+        ),
+        (
+            "metadata: {name: a}\nspec:\n  containers: [{name: c, resources: {requests: {memory: 1Gi, hugepages-2Mi: 2Mi}, limits: {memory: 1Gi, hugepages-2Mi: 4Mi}}}]",
+            "spec.containers[0].resources.requests[hugepages-2Mi]: must be equal to hugepages-2Mi limit of 4194304",
+        ),
+        (
+            "metadata: {name: a}\nspec:\n  containers: [{name: c, resources: {limits: {hugepages-2Mi: 4Mi}}}]",
+            "spec.containers[0].resources: HugePages require cpu or memory",
+        ),
+        (
+            "metadata: {name: a}\nspec:\n  resources: {limits: {cpu: 1, memory: 1Gi, hugepages-2Mi: 2Mi}}\n  containers: [{name: c, resources: {limits: {memory: 1Gi, hugepages-2Mi: 4Mi}}}]",
+            "spec.resources.requests[hugepages-2Mi]: must be greater than or equal to aggregate container requests of 4194304",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let got = err(yaml);
         assert!(
             got.starts_with(want),
             "for\n{yaml}\n got: {got}\nwant: {want}"

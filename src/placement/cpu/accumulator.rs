@@ -145,12 +145,30 @@ impl<'a> Accumulator<'a> {
             .collect()
     }
 
-    /// The elements of `sorted` at `level` whose CPUs are all still free.
+    /// The elements of `sorted` at `level` whose CPUs are all still free. The kubelet's test for
+    /// cores and sockets compares the free CPUs with the machine's average per core
+    /// (`CPUsPerCore`) or socket (`CPUsPerSocket`), so on machines with elements of different
+    /// sizes it calls free an element that is whole but not average-sized (not free then), or
+    /// one that is average-sized but partly granted: it would then take the whole element and
+    /// grant those CPUs twice. numa-shim calls free only what both tests do, and never grants a
+    /// CPU twice (the one divergence of docs/fidelity.md).
     fn whole(&self, level: Level, sorted: Vec<u32>) -> Vec<u32> {
         let free = self.free.count_by(level);
+        let average = match level {
+            Level::Core => Some(self.topo.cpus_per_core()),
+            Level::Socket => Some(self.topo.cpus_per_socket()),
+            Level::Numa | Level::Uncore => None,
+        };
+        let kubelet = self.topo.kubelet_free_test();
         sorted
             .into_iter()
-            .filter(|id| free.get(id).copied().unwrap_or(0) == self.topo.count_in(level, *id))
+            .filter(|id| {
+                let n = free.get(id).copied().unwrap_or(0);
+                match average {
+                    Some(a) if kubelet => n == a,
+                    _ => n == self.topo.count_in(level, *id) && average.is_none_or(|a| n == a),
+                }
+            })
             .collect()
     }
 
@@ -215,8 +233,9 @@ impl<'a> Accumulator<'a> {
     }
 
     fn take_uncore_caches(&mut self) {
+        // kubelet: whole caches once the need reaches the *average* cache size.
+        let size = self.topo.cpus_per_uncore();
         for uncore in self.sort_uncore_caches() {
-            let size = self.topo.count_in(Level::Uncore, uncore);
             if self.needs_at_least(size) {
                 let ids = self.free_uncore_caches();
                 self.take_full(ids, Level::Uncore);

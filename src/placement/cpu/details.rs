@@ -57,6 +57,9 @@ pub struct CpuTopology {
     counts: HeaderCounts,
     /// Derived from `details` once; shared between clones.
     index: Arc<TopologyIndex>,
+    /// Run the kubelet's free core/socket test as it is (average sizes only), which can grant a
+    /// CPU twice: only for the differential suite's classification of that one divergence.
+    kubelet_free_test: bool,
 }
 
 /// The CPUs of every core, socket, NUMA node and uncore cache of a CPU map, and the sockets of
@@ -115,7 +118,21 @@ impl CpuTopology {
             details: Arc::new(details),
             counts,
             index,
+            kubelet_free_test: false,
         }
+    }
+
+    /// With `on`, the accumulator calls a core or socket free exactly when the kubelet does
+    /// (its free CPUs number the machine's average), even if some of its CPUs are granted: it
+    /// then grants them again, as kubelet 1.37.2 does. Never for placement: the differential
+    /// suite uses it to show that a disagreement is that divergence and nothing else.
+    pub fn with_kubelet_free_test(mut self, on: bool) -> Self {
+        self.kubelet_free_test = on;
+        self
+    }
+
+    pub fn kubelet_free_test(&self) -> bool {
+        self.kubelet_free_test
     }
 
     /// Replaces the derived counters (only kubelet test fixtures need this).
@@ -153,6 +170,22 @@ impl CpuTopology {
         self.counts
             .num_cpus
             .checked_div(self.counts.num_cores)
+            .unwrap_or(0)
+    }
+
+    /// `NumCPUs / NumSockets`, 0 without sockets.
+    pub fn cpus_per_socket(&self) -> usize {
+        self.counts
+            .num_cpus
+            .checked_div(self.counts.num_sockets)
+            .unwrap_or(0)
+    }
+
+    /// `NumCPUs / NumUncoreCache`, 0 without uncore caches.
+    pub fn cpus_per_uncore(&self) -> usize {
+        self.counts
+            .num_cpus
+            .checked_div(self.counts.num_uncore_caches)
             .unwrap_or(0)
     }
 

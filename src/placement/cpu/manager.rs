@@ -41,7 +41,9 @@ pub struct CpuManager {
 impl CpuManager {
     /// A manager for `topology` with counters derived from it.
     pub fn new(topology: &Topology, config: &Config) -> Result<Self, CpuError> {
-        Self::with_topology(CpuTopology::new(topology), config)
+        let topo = CpuTopology::new(topology)
+            .with_kubelet_free_test(config.reproduce_kubelet_double_grants);
+        Self::with_topology(topo, config)
     }
 
     /// A manager over an explicit [`CpuTopology`] (e.g. with kubelet fixture header counters).
@@ -54,7 +56,13 @@ impl CpuManager {
         } else {
             (CpuSet::new(), CpuSet::new())
         };
-        let mut default = topo.details().cpus();
+        // The `none` policy never initialises its state: the default set stays empty and
+        // containers get no cpuset (kubelet `nonePolicy.Start`, `GetCPUAffinity`).
+        let mut default = if static_policy {
+            topo.details().cpus()
+        } else {
+            CpuSet::new()
+        };
         if static_policy && options.strict_cpu_reservation {
             default = default.difference(&reserved);
         }
@@ -75,6 +83,11 @@ impl CpuManager {
 
     pub fn topology(&self) -> &CpuTopology {
         &self.topo
+    }
+
+    /// Whether the policy is `static` (else `none`: nothing is pinned or granted).
+    pub fn is_static(&self) -> bool {
+        self.static_policy
     }
 
     /// CPUs never handed out exclusively.
@@ -171,15 +184,16 @@ impl CpuManager {
         self.state.clone()
     }
 
-    /// Replaces the state with a checkpointed one after kubelet's `validateState` checks. An
-    /// empty default set with no assignments keeps the fresh state. Nothing is re-allocated.
+    /// Replaces the state with a checkpointed one after kubelet's `validateState` checks (see
+    /// [`CpuState::validate`] for the one deviation). An empty default set with no assignments
+    /// keeps the fresh state. Nothing is re-allocated.
     pub fn restore(&mut self, state: CpuState) -> Result<(), CpuError> {
         let mut all = self.topo.details().cpus();
         if self.options.strict_cpu_reservation {
             all = all.difference(&self.reserved);
         }
         state.validate(&all, &self.reserved, self.options.strict_cpu_reservation)?;
-        if !state.default_cpu_set.is_empty() {
+        if !state.default_cpu_set.is_empty() || !state.entries.is_empty() {
             self.state = state;
         }
         self.cpus_to_reuse.clear();

@@ -183,7 +183,7 @@ impl CpuManager {
 
     /// Step 5 of `AllocatePod`: exclusive slices and the pod shared pool, for every container;
     /// `restored` assignments are kept as they are and take part in the accounting.
-    fn partition(
+    pub(super) fn partition(
         &self,
         pod: &PodSpec,
         bubble: &CpuSet,

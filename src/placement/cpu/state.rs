@@ -29,13 +29,20 @@ pub struct CpuState {
 impl CpuState {
     /// kubelet's `validateState` for a non-empty restored state; `all` is every CPU the policy
     /// manages (minus reserved with strict reservation).
+    ///
+    /// Deviation: the kubelet refuses an empty default set with assignments, because with its
+    /// mandatory reservation that state is impossible. Without a reservation (numa-shim accepts
+    /// `reservedSystemCPUs: ""`) or with strict reservation, handing out every CPU empties the
+    /// shared pool legitimately; such a state is checked like any other instead.
     pub fn validate(&self, all: &CpuSet, reserved: &CpuSet, strict: bool) -> Result<(), CpuError> {
         let default = &self.default_cpu_set;
         if default.is_empty() {
-            if !self.entries.is_empty() {
+            if self.entries.is_empty() {
+                return Ok(());
+            }
+            if !reserved.is_empty() && !strict {
                 return Err(CpuError::EmptyDefaultSet);
             }
-            return Ok(());
         }
         if strict {
             let overlap = reserved.intersection(default);

@@ -5,6 +5,7 @@
 
 mod fixtures;
 mod index;
+mod mixed;
 mod plrm;
 mod policy;
 mod props;

@@ -160,6 +160,11 @@ pub(super) fn allocate(
     if !qos::is_guaranteed(pod, mm.gates) || qos::skipped_by_gates(pod, mm.gates) {
         return Ok(());
     }
+    let reqs = hints::container_requests(pod, c, mm.gates);
+    if reqs.is_empty() {
+        // No memory or hugepage request (a non-eligible container of a pod-level pod).
+        return Ok(());
+    }
     if let Some(blocks) = mm
         .container_blocks(&pod.uid, &c.name)
         .map(<[Block]>::to_vec)
@@ -167,7 +172,6 @@ pub(super) fn allocate(
         update_reusable(mm, pod, c, &blocks);
         return Ok(());
     }
-    let reqs = hints::container_requests(pod, c, mm.gates);
     let mask = choose_mask(mm, &pod.uid, &reqs, hint)?;
     let blocks = blocks_of(mask, &reqs);
     for (name, &size) in &reqs {

@@ -114,6 +114,80 @@ pub(super) fn validate_state(
     }
 }
 
+/// Tolerance of memory-size drift (numa-shim's, not the kubelet's): a state that fails
+/// [`validate_state`] against today's machine is still good when it is consistent with the
+/// tables it was taken on (same check, against those tables emptied) and every stored block
+/// fits today's machine in full. Returns today's tables charged with the blocks.
+pub(super) fn recharge_resized(
+    default: &BTreeMap<u32, NumaState>,
+    state: &MemoryState,
+    gates: FeatureGates,
+) -> Result<BTreeMap<u32, NumaState>, MemoryError> {
+    let then: BTreeMap<u32, NumaState> = state
+        .machine
+        .iter()
+        .map(|(&id, n)| {
+            let memory = n
+                .memory
+                .iter()
+                .map(|(name, t)| {
+                    (
+                        name.clone(),
+                        table(t.total, t.system_reserved, t.allocatable),
+                    )
+                })
+                .collect();
+            let empty = NumaState {
+                assignments: 0,
+                cells: vec![id],
+                memory,
+            };
+            (id, empty)
+        })
+        .collect();
+    validate_state(&then, state, gates)?;
+    if then.keys().ne(default.keys()) {
+        return Err(MemoryError::MachineStateMismatch);
+    }
+    let mut now = default.clone();
+    for (pod, blocks) in charged_blocks(state, gates) {
+        for b in blocks {
+            let before: u64 = free_of(&now, b);
+            charge_expected(&mut now, std::slice::from_ref(b), pod, "")?;
+            if before - free_of(&now, b) != b.size {
+                return Err(MemoryError::MachineStateMismatch);
+            }
+        }
+    }
+    Ok(now)
+}
+
+/// Every block the machine state is charged with, by pod: pod blocks for PLRM pods, else the
+/// containers' blocks (the order [`validate_state`] charges them in).
+fn charged_blocks(state: &MemoryState, gates: FeatureGates) -> Vec<(&str, &[Block])> {
+    let mut out = Vec::new();
+    for (pod, containers) in &state.containers {
+        if gates.pod_level_resource_managers {
+            if let Some(blocks) = state.pods.get(pod).filter(|b| !b.is_empty()) {
+                out.push((pod.as_str(), blocks.as_slice()));
+                continue;
+            }
+        }
+        for blocks in containers.values() {
+            out.push((pod.as_str(), blocks.as_slice()));
+        }
+    }
+    out
+}
+
+/// Free bytes of the block's resource over the block's nodes.
+fn free_of(machine: &BTreeMap<u32, NumaState>, b: &Block) -> u64 {
+    b.numa
+        .iter()
+        .filter_map(|id| machine.get(id)?.memory.get(&b.resource).map(|t| t.free))
+        .sum()
+}
+
 fn charge_expected(
     machine: &mut BTreeMap<u32, NumaState>,
     blocks: &[Block],

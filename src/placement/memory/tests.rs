@@ -132,3 +132,4 @@ pub(super) fn free(m: &MemoryManager, node: u32) -> u64 {
 
 mod container;
 mod pod;
+mod start;

@@ -48,6 +48,17 @@ impl CpuBackend {
     /// Records `cpus` as an exclusive assignment of a pseudo pod, so they leave the shared pool
     /// and are never granted. Reserved CPUs cannot be marked.
     pub(super) fn mark_unavailable(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
+        if !self.manager.is_static() {
+            // The none policy grants nothing and keeps no pool to take CPUs out of.
+            let all = self.manager.topology().details().cpus();
+            if !cpus.is_subset(&all) {
+                return Err(NodeError::UnavailableNotFree {
+                    cpus: cpus.clone(),
+                    free: all,
+                });
+            }
+            return Ok(());
+        }
         let free = self.manager.available();
         if !cpus.is_subset(&free) {
             return Err(NodeError::UnavailableNotFree {
@@ -63,6 +74,18 @@ impl CpuBackend {
     /// CPUs that were not marked are ignored.
     pub(super) fn release_unavailable(&mut self, cpus: &CpuSet) {
         self.manager.release_held(UNAVAILABLE_POD, cpus);
+    }
+
+    pub(super) fn adopt_pod(
+        &mut self,
+        pod: &PodSpec,
+        exclusive: &std::collections::BTreeMap<String, CpuSet>,
+        budget: &CpuSet,
+        pod_level: bool,
+        prefer: Option<crate::placement::NumaMask>,
+    ) -> Result<(), crate::placement::cpu::AdoptCpuError> {
+        self.manager
+            .adopt_pod(pod, exclusive, budget, pod_level, prefer)
     }
 
     pub(super) fn container_cpus(&self, pod_uid: &str, name: &str) -> Option<CpuSet> {

@@ -109,6 +109,8 @@ pub(super) fn node(config: Config) -> Node {
     Node::new(dual_socket_ht(), config).unwrap()
 }
 
+mod adopt;
 mod classic;
 mod plrm;
+mod start;
 mod state;

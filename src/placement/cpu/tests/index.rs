@@ -126,9 +126,19 @@ fn old_sort_uncore_caches(topo: &CpuTopology, free: &CpuDetails) -> Vec<u32> {
     out
 }
 
+/// Whole elements by a scan: all CPUs free, and for cores and sockets as many as the machine's
+/// average (the kubelet's `CPUsPerCore` / `CPUsPerSocket` test).
 fn old_whole(topo: &CpuTopology, free: &CpuDetails, level: Level, ids: Vec<u32>) -> Vec<u32> {
+    let average = match level {
+        Level::Core => Some(topo.cpus_per_core()),
+        Level::Socket => Some(topo.cpus_per_socket()),
+        _ => None,
+    };
     ids.into_iter()
-        .filter(|&id| scan(free, level, id).len() == scan(topo.details(), level, id).len())
+        .filter(|&id| {
+            let n = scan(free, level, id).len();
+            n == scan(topo.details(), level, id).len() && average.is_none_or(|a| a == n)
+        })
         .collect()
 }
 

@@ -477,6 +477,34 @@ fn snapshot_restore_roundtrip_and_validation() {
     assert!(matches!(fresh.restore(bad), Err(CpuError::Overlap { .. })));
 }
 
+/// With no reserved CPUs (numa-shim accepts `reservedSystemCPUs: ""`) every CPU can be handed
+/// out, leaving the shared pool empty: numa-shim's own checkpoint of that state must restore.
+/// (The kubelet refuses an empty default set with assignments, but it never gets there: it
+/// requires a reservation.) With a reservation an empty default set is still refused.
+#[test]
+fn a_state_with_every_cpu_allocated_restores_without_a_reservation() {
+    let cfg = config(ReservedCpus::Explicit(CpuSet::new()), Default::default());
+    let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
+    let p = pod(
+        "p",
+        None,
+        vec![],
+        vec![ctr("c", ContainerRole::App, Some(12))],
+    );
+    cm.allocate(&p, &p.containers[0], &any()).unwrap();
+    assert!(cm.shared_pool().is_empty());
+    let mut fresh = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
+    fresh.restore(cm.snapshot()).unwrap();
+    assert_eq!(fresh.snapshot(), cm.snapshot());
+
+    let reserved = config(ReservedCpus::Explicit(set("0")), Default::default());
+    let mut fresh = CpuManager::new(&machine("topoDualSocketHT"), &reserved).unwrap();
+    assert!(matches!(
+        fresh.restore(cm.snapshot()),
+        Err(CpuError::EmptyDefaultSet)
+    ));
+}
+
 #[test]
 fn none_policy_is_inert() {
     let cfg = Config {
@@ -492,6 +520,8 @@ fn none_policy_is_inert() {
     );
     assert!(cm.container_hints(&p, &p.containers[0]).is_empty());
     cm.allocate(&p, &p.containers[0], &any()).unwrap();
-    assert_eq!(cm.shared_pool(), &set("0-11"));
+    // kubelet's none policy never initialises its default set: no cpuset for anyone.
+    assert_eq!(cm.shared_pool(), &set(""));
+    assert_eq!(cm.cpuset_or_default("p", "c"), set(""));
     assert_eq!(cm.container_cpus("p", "c"), None);
 }

@@ -284,3 +284,91 @@ fn restore_rejects_a_machine_state_that_does_not_match_the_blocks() {
     fresh2.restore(m2.state().clone()).unwrap();
     assert_eq!(fresh2.state(), m2.state());
 }
+
+/// A machine whose NUMA memory total moved since the checkpoint (a VM's balloon, memory
+/// hotplug: issue 15) restores when the stored blocks still fit: the blocks stand, the tables
+/// are today's totals charged with them. Blocks that no longer fit, or a state that does not
+/// add up on the machine it was taken on, are still refused.
+#[test]
+fn restore_tolerates_memory_size_drift_that_keeps_every_block() {
+    let mut m = mm();
+    let p = pod(
+        "p",
+        vec![],
+        vec![gu("c", ContainerRole::App, 1000, 4 * GI)],
+        None,
+    );
+    m.allocate(&p, &p.containers[0], &hint(&[0], true)).unwrap();
+    let plrm = pod(
+        "q",
+        vec![],
+        vec![
+            gu("gu", ContainerRole::App, 1000, GI),
+            bare("s", ContainerRole::App),
+        ],
+        Some((2000, 3 * GI)),
+    );
+    m.allocate_pod(&plrm, &hint(&[1], true)).unwrap();
+    let saved = m.state().clone();
+
+    let resized = |node0: u64| {
+        let mut t = topo();
+        t.numa[0].memory = node0;
+        MemoryManager::new(&t, &config()).unwrap()
+    };
+    let mut smaller = resized(16 * GI - 300 * (1 << 20));
+    smaller.restore(saved.clone()).unwrap();
+    assert_eq!(smaller.state().containers, saved.containers);
+    assert_eq!(smaller.state().pods, saved.pods);
+    let n0 = &smaller.state().machine[&0].memory[MEMORY];
+    assert_eq!(n0.total, 16 * GI - 300 * (1 << 20));
+    assert_eq!(n0.free, n0.allocatable - 4 * GI);
+    assert_eq!(n0.reserved, 4 * GI);
+    assert_eq!(smaller.state().machine[&1], saved.machine[&1]);
+
+    // 4Gi no longer fits node 0: the decisions are invalid, refused.
+    let mut tiny = resized(4 * GI);
+    assert_eq!(
+        tiny.restore(saved.clone()),
+        Err(MemoryError::MachineStateMismatch)
+    );
+    assert_eq!(tiny.state(), resized(4 * GI).state(), "nothing changed");
+
+    // Inconsistent on its own machine: refused whatever the size.
+    let mut bad = saved.clone();
+    bad.machine
+        .get_mut(&0)
+        .unwrap()
+        .memory
+        .get_mut(MEMORY)
+        .unwrap()
+        .free -= GI;
+    let mut bigger = resized(20 * GI);
+    assert_eq!(bigger.restore(bad), Err(MemoryError::MachineStateMismatch));
+}
+
+/// kubelet `Allocate`: a container with no memory or hugepage request (a non-eligible container
+/// of a pod-level-resources pod, allocated container by container) is skipped; the pod is
+/// admitted (the tutorial's container-scope pod under the Static policy).
+#[test]
+fn a_container_without_memory_requests_is_skipped() {
+    let mut m = mm();
+    let p = pod(
+        "p",
+        vec![],
+        vec![
+            gu("gu", ContainerRole::App, 1000, GI),
+            bare("shared", ContainerRole::App),
+        ],
+        Some((2000, 2 * GI)),
+    );
+    let none = TopologyHint {
+        affinity: None,
+        preferred: false,
+    };
+    m.allocate(&p, &p.containers[1], &none).unwrap();
+    assert_eq!(m.container_blocks("p", "shared"), None);
+    assert!(m.container_hints(&p, &p.containers[1]).is_empty());
+    m.allocate(&p, &p.containers[0], &hint(&[0], true)).unwrap();
+    assert_eq!(m.container_blocks("p", "gu").unwrap()[0].size, GI);
+}

@@ -1,6 +1,7 @@
 //! Pods with pod-level resources: pod scope bubble (vectors P1–P4, P7), container scope, gates, memory.
 
 use super::*;
+use crate::placement::error::RefusingScope;
 
 #[test]
 fn p3_pod_scope_bubble_with_mixed_containers() {
@@ -97,12 +98,18 @@ fn p7_empty_shared_pool_rejected_and_nothing_changes() {
     assert_eq!(err.reason(), "EmptyPodSharedPoolError");
     assert_eq!(err.to_string(), "pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no cpus for shared containers");
     assert_eq!(n.snapshot(), before);
-    // restricted: the empty CPU hint list makes the merged hint non-preferred → TopologyAffinityError.
+    // restricted: the empty CPU hint list makes the merged hint non-preferred → the pod-level
+    // TopologyAffinityError.
     let mut r = node(static_config(
         TopologyPolicy::Restricted,
         TopologyScope::Pod,
     ));
-    assert_eq!(r.admit(&p).unwrap_err(), AdmissionError::TopologyAffinity);
+    assert_eq!(
+        r.admit(&p).unwrap_err(),
+        AdmissionError::PodLevelTopologyAffinity {
+            scope: RefusingScope::Pod
+        }
+    );
 }
 
 #[test]
@@ -204,7 +211,9 @@ fn memory_follows_the_cpu_numa_node() {
     )));
     assert_eq!(
         fresh.admit(&big).unwrap_err(),
-        AdmissionError::TopologyAffinity
+        AdmissionError::PodLevelTopologyAffinity {
+            scope: RefusingScope::Pod
+        }
     );
     // With node 0 already holding a single-NUMA block, {0,1} is not even a memory hint: kubelet's
     // empty hint map means "no preference", the CPU hint wins and the Memory Manager then fails.
@@ -273,33 +282,65 @@ fn plrm_vectors_p1_p2_p4() {
     }
 }
 
-/// UNCERTAIN, pinned as read in the PLRM-era `memorymanager/policy_static.go`: in container scope
-/// a non-eligible container of a pod-level-resources pod reaches the static policy's `Allocate`
-/// with no requests; the merged hint is "all nodes", which violates the group rule once an
-/// eligible sibling holds a single-NUMA block. The pod is rejected as `UnexpectedAdmissionError`.
+/// kubelet v1.37.2 `memorymanager/policy_static.go` `Allocate`: in container scope a non-eligible
+/// container of a pod-level-resources pod requests no memory and is skipped; the pod is admitted
+/// (the PLRM-era code this core was first written from rejected it).
 #[test]
-fn container_scope_memory_quirk_for_non_eligible_containers() {
+fn container_scope_skips_memory_for_non_eligible_containers() {
     let config = with_memory(static_config(
         TopologyPolicy::BestEffort,
         TopologyScope::Container,
     ));
-    let mut n = node(config.clone());
+    let mut n = node(config);
     let p = pod(
         "p",
         vec![],
         vec![gu("gu", ContainerRole::App, 1000, GI), bare("ngu")],
         Some((2000, 2 * GI)),
     );
-    let err = n.admit(&p).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "Allocate failed due to [memorymanager] preferred hint violates NUMA node allocation, which is unexpected"
-    );
-    assert_eq!(n.snapshot(), node(config).snapshot());
-    // Without the Memory Manager the same pod is admitted.
-    let mut cpu_only = node(static_config(
-        TopologyPolicy::BestEffort,
-        TopologyScope::Container,
-    ));
-    assert!(cpu_only.admit(&p).is_ok());
+    let placed = n.admit(&p).unwrap();
+    let (gu, ngu) = (&placed.containers[0], &placed.containers[1]);
+    assert!(gu.exclusive && gu.memory_nodes.is_some(), "{gu:?}");
+    assert_eq!((ngu.memory_nodes, ngu.memory.len()), (None, 0), "{ngu:?}");
+    assert_eq!(ngu.isolation, Isolation::Host);
+}
+
+/// kubelet `PodLevelTopologyAffinityError`: a pod with pod-level resources refused by the
+/// Topology Manager gets "Pod Scope " and the scope's own text, with the reason
+/// TopologyAffinityError; a classic pod keeps the plain message.
+#[test]
+fn pod_level_pods_refused_by_the_topology_manager_get_the_kubelets_texts() {
+    let too_big = |uid: &str| {
+        pod(
+            uid,
+            vec![],
+            vec![gu("a", ContainerRole::App, 7000, GI)],
+            Some((7000, GI)),
+        )
+    };
+    for (scope, text) in [
+        (
+            TopologyScope::Pod,
+            "Pod Scope pod with pod-level resources failed admission under pod-scope topology manager",
+        ),
+        (
+            TopologyScope::Container,
+            "Pod Scope pod with pod-level resources failed admission with a container-level topology manager",
+        ),
+    ] {
+        let mut n = node(static_config(TopologyPolicy::SingleNumaNode, scope));
+        let err = n.admit(&too_big("p")).unwrap_err();
+        assert_eq!((err.reason(), err.to_string().as_str()), ("TopologyAffinityError", text));
+        let classic = pod(
+            "c",
+            vec![],
+            vec![gu("a", ContainerRole::App, 7000, GI)],
+            None,
+        );
+        let err = n.admit(&classic).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Resources cannot be allocated with Topology locality"
+        );
+    }
 }

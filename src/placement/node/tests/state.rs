@@ -154,14 +154,29 @@ fn cpuset_mems_is_a_plain_sorted_list() {
     assert_eq!(CpuQuota::Keep.apply(50_000), 50_000);
 }
 
+/// The kubelet's `none` CPU policy keeps no reserved set and an empty default set (its state is
+/// never initialised): containers get no cpuset and run wherever their cgroup lets them.
 #[test]
-fn policy_none_has_no_reserved_or_allocatable_cpus() {
+fn policy_none_has_no_reserved_allocatable_or_shared_cpus() {
     let mut c = static_config(TopologyPolicy::None, TopologyScope::Container);
     c.cpu_policy = CpuPolicy::None;
-    let n = node(c);
+    let mut n = node(c);
     assert_eq!(n.reserved_cpus(), CpuSet::new());
     assert_eq!(n.allocatable_cpus(), CpuSet::new());
-    assert_eq!(n.shared_cpus(), cpus("0-11"));
+    assert_eq!(n.shared_cpus(), CpuSet::new());
+    assert_eq!(n.unpinned_cpus(), cpus("0-11"));
+    let p = pod(
+        "g",
+        vec![],
+        vec![gu("a", ContainerRole::App, 2000, GI)],
+        None,
+    );
+    let placed = n.admit(&p).unwrap();
+    assert_eq!(placed.containers[0].cpus, CpuSet::new());
+    assert_eq!(placed.containers[0].isolation, Isolation::Host);
+    // Nothing to hold CPUs from: marking them unavailable changes nothing.
+    n.mark_unavailable(&cpus("3")).unwrap();
+    assert_eq!(n.unavailable_cpus(), CpuSet::new());
     let s = node(static_config(
         TopologyPolicy::None,
         TopologyScope::Container,
@@ -190,12 +205,13 @@ fn a_pod_admitted_without_containers_can_be_removed_and_admitted_again() {
     assert!(main.exclusive && main.cpus.len() == 2, "{main:?}");
 }
 
-/// A rejected admission leaves the node exactly as it was, also when the pod's memory was
-/// charged to a multi-NUMA group another pod already uses: charging fills the group's nodes
-/// lowest first from what is free, and giving memory back block by block would not return it to
-/// the node it came from.
+/// A rejected admission gives back what the pod got as kubelet v1.37.2 does (its stale-state
+/// sweep removes the refused pod's containers through the policy's `RemoveContainer`), also when
+/// the pod's memory was charged to a multi-NUMA group another pod already uses: charging takes
+/// from the group's nodes lowest first where memory is free, giving back returns it lowest first
+/// where memory is reserved — not always the node it came from. The node decides as before.
 #[test]
-fn rejected_admission_in_a_shared_memory_group_restores_the_node() {
+fn rejected_admission_in_a_shared_memory_group_gives_back_as_the_kubelet_does() {
     let mut n = node(with_memory(static_config(
         TopologyPolicy::BestEffort,
         TopologyScope::Container,
@@ -220,7 +236,15 @@ fn rejected_admission_in_a_shared_memory_group_restores_the_node() {
         None,
     );
     assert!(n.admit(&failing).is_err());
-    assert_eq!(n.snapshot(), before);
+    let free = |n: &Node, id: u32| n.memory_manager().state().machine[&id].memory["memory"].free;
+    assert_eq!(
+        (free(&n, 0), free(&n, 1)),
+        (GI, 3 * GI),
+        "node 1's gigabyte went to node 0"
+    );
+    let mut after = n.snapshot();
+    after.memory.machine = before.memory.machine.clone();
+    assert_eq!(after, before, "everything else is as it was");
     // And the node still decides as before: the same pod without "b" gets the same place.
     let mut fresh = node(with_memory(static_config(
         TopologyPolicy::BestEffort,
