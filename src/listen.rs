@@ -18,6 +18,9 @@ pub enum ListenError {
     /// Another live server answers on the path.
     #[error("another server is already listening on {path}")]
     InUse { path: PathBuf },
+    /// The socket's directory is unsafe or cannot be made.
+    #[error("listening socket directory: {0}")]
+    Directory(#[from] crate::files::FilesError),
     /// Preparing, binding or securing the socket failed.
     #[error("cannot {action} listening socket {path}: {source}")]
     Io {
@@ -64,7 +67,14 @@ pub async fn bind(path: &Path, options: SocketOptions) -> Result<Bound, ListenEr
         source,
     };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| err("create the directory of", e))?;
+        let existed = parent.exists();
+        crate::files::ensure_dir(parent, dir_mode(options.mode))?;
+        // A directory made here lets the socket's group reach the socket; an existing one is
+        // the operator's (or systemd's RuntimeDirectory=) and keeps its group.
+        if let Some(gid) = options.group.filter(|_| !existed) {
+            std::os::unix::fs::chown(parent, None, Some(gid))
+                .map_err(|e| err("give the socket's group the directory of", e))?;
+        }
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) if !meta.file_type().is_socket() => {
@@ -103,6 +113,16 @@ pub async fn bind(path: &Path, options: SocketOptions) -> Result<Bound, ListenEr
         path: path.to_path_buf(),
         inode,
     })
+}
+
+/// The mode of a socket's directory: owner-only, plus traverse and list for the group when the
+/// socket's group may connect (0700 or 0750).
+fn dir_mode(socket_mode: u32) -> u32 {
+    if socket_mode & 0o060 != 0 {
+        0o750
+    } else {
+        0o700
+    }
 }
 
 fn secure(path: &Path, options: SocketOptions) -> std::io::Result<()> {
@@ -183,6 +203,38 @@ mod tests {
         assert!(path.exists());
         second.close();
         assert!(!path.exists());
+    }
+
+    /// The socket's directory is created 0700, or 0750 when the socket's group may connect, and
+    /// a directory others could write to (where they could replace the socket) is tightened.
+    #[tokio::test]
+    async fn the_socket_directory_gets_an_explicit_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let private = dir.path().join("private/cri.sock");
+        let bound = bind(
+            &private,
+            SocketOptions {
+                mode: 0o600,
+                group: None,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(mode(private.parent().unwrap()), 0o700);
+        bound.close();
+        let shared = dir.path().join("shared/cri.sock");
+        let bound = bind(&shared, SocketOptions::default()).await.unwrap();
+        assert_eq!(mode(shared.parent().unwrap()), 0o750);
+        bound.close();
+        std::fs::set_permissions(
+            shared.parent().unwrap(),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        let bound = bind(&shared, SocketOptions::default()).await.unwrap();
+        assert_eq!(mode(shared.parent().unwrap()), 0o750);
+        bound.close();
     }
 
     #[tokio::test]

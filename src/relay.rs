@@ -5,7 +5,10 @@
 //! decoded and offered to a [`Hook`] (which may patch or reject them); StopPodSandbox,
 //! RemovePodSandbox, StopContainer and RemoveContainer are decoded only so the hook can observe
 //! their outcome. Everything else — unary or streaming, known or unknown method or service —
-//! passes as raw HTTP/2 frames with headers, trailers and status untouched.
+//! passes as raw HTTP/2 frames with headers, trailers and status untouched. Before h2 sees a
+//! client's bytes, [`AuthorityFilter`] makes a socket-path `:authority` (grpc C-core,
+//! grpc-java) acceptable; a caller's deadline or hang-up cancels the runtime call and
+//! `settle` asks the runtime what it did.
 //!
 //! Invariants: a request is never re-encoded from its decoded form (patches are appended on the
 //! wire); a runtime response is never altered; the relay holds no lock across a runtime call;
@@ -26,20 +29,24 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::task::JoinSet;
 use tracing::{debug, debug_span, info, warn, Instrument};
 
+mod authority;
 mod endpoint;
 mod error;
 pub(crate) mod grpc;
 mod hook;
 mod intercept;
 mod patch;
+mod settle;
 mod upstream;
 
 pub use crate::listen::SocketOptions;
+pub use authority::AuthorityFilter;
 pub use endpoint::{detect_runtime, parse as parse_endpoint, EndpointError, RUNTIME_CANDIDATES};
 pub use error::RelayError;
 pub use hook::{
     CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
 };
+pub use settle::DEFAULT_SETTLE_DELAY;
 
 use crate::telemetry::Metrics;
 use grpc::RelayBody;
@@ -60,6 +67,7 @@ pub struct RelayBuilder<H = NoopHook> {
     max_message: usize,
     shutdown_grace: Duration,
     metrics: Option<Arc<Metrics>>,
+    settle: settle::Settle,
 }
 
 /// A relay bound to its socket, ready to serve.
@@ -78,6 +86,8 @@ pub(crate) struct Shared<H> {
     pub(crate) max_message: usize,
     /// Where per-call latency and the runtime's reachability are recorded, if anywhere.
     pub(crate) metrics: Option<Arc<Metrics>>,
+    /// How calls cut off by a deadline or hang-up are settled with the runtime.
+    pub(crate) settle: settle::Settle,
 }
 
 impl RelayBuilder<NoopHook> {
@@ -91,6 +101,7 @@ impl RelayBuilder<NoopHook> {
             max_message: DEFAULT_MAX_MESSAGE,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             metrics: None,
+            settle: settle::Settle::default(),
         }
     }
 }
@@ -106,7 +117,23 @@ impl<H: Hook> RelayBuilder<H> {
             max_message: self.max_message,
             shutdown_grace: self.shutdown_grace,
             metrics: self.metrics,
+            settle: self.settle,
         }
+    }
+
+    /// How long a runtime may take to act on a call after numa-shim cancelled it (default
+    /// [`DEFAULT_SETTLE_DELAY`]): a reservation of a call cut off by the caller's deadline or
+    /// hang-up is released only if the runtime lists nothing of it at the cancel and again
+    /// this long after.
+    pub fn settle_delay(mut self, delay: Duration) -> Self {
+        self.settle.delay = delay;
+        self
+    }
+
+    /// How long each of those lookups may take before it is asked again (default 5 s).
+    pub fn settle_lookup_timeout(mut self, timeout: Duration) -> Self {
+        self.settle.timeout = timeout;
+        self
     }
 
     /// Records every call's time in numa-shim and in the runtime, and whether the runtime
@@ -144,6 +171,7 @@ impl<H: Hook> RelayBuilder<H> {
                 hook: self.hook,
                 max_message: self.max_message,
                 metrics: self.metrics,
+                settle: self.settle,
             }),
             shutdown_grace: self.shutdown_grace,
         })
@@ -175,7 +203,10 @@ impl<H: Hook> Relay<H> {
                     Ok((stream, _)) => {
                         let shared = self.shared.clone();
                         let service = service_fn(move |req| dispatch(shared.clone(), req));
-                        let conn = builder.serve_connection(TokioIo::new(stream), service);
+                        // `:authority` made acceptable to h2 before h2 parses it (grpc C-core
+                        // and grpc-java send the socket path).
+                        let io = TokioIo::new(AuthorityFilter::new(stream));
+                        let conn = builder.serve_connection(io, service);
                         let conn = graceful.watch(conn);
                         connections.spawn(async move {
                             if let Err(err) = conn.await {
@@ -211,11 +242,14 @@ impl<H: Hook> Relay<H> {
 }
 
 /// HTTP/2 server settings: windows sized for 16 MiB CRI messages, grpc-go's header limit, no
-/// stream limit (grpc-go's default; the kubelet multiplexes everything on one connection).
+/// stream limit (grpc-go's default; the kubelet multiplexes everything on one connection), and
+/// no `date` header added to the runtime's answers (hyper's default; grpc-go runtimes send
+/// none, and encoding one costs every call).
 fn server_builder() -> http2::Builder<TokioExecutor> {
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
+        .auto_date_header(false)
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
         .max_frame_size(1 << 20)

@@ -1,10 +1,11 @@
 //! Intercepted and observed calls: wire-preserving patches keep unknown fields byte for byte,
 //! rejections never reach the runtime, malformed messages are refused, and the hook sees every
-//! forwarded outcome.
+//! forwarded outcome with the request as the caller sent it and what it decided (one way: the
+//! patched bytes are not decoded again).
 
-#[path = "relay_support/client.rs"]
+#[path = "support/relay/client.rs"]
 mod client;
-#[path = "relay_support/fake.rs"]
+#[path = "support/relay/fake.rs"]
 mod fake;
 
 use std::sync::{Arc, Mutex};
@@ -22,35 +23,51 @@ use tonic::{Code, Request, Status};
 const CREATE: &str = "/runtime.v1.RuntimeService/CreateContainer";
 const RUN: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
 
-/// Patches every CreateContainer to cpuset 2-3, rejects sandboxes named `reject-me`, stalls on
-/// sandboxes named `slow-hook`, and records every outcome.
+/// Patches every CreateContainer to cpuset 2-3 (deciding "cpus 2-3"), rejects sandboxes named
+/// `reject-me`, stalls on sandboxes named `slow-hook`, and records every outcome with what it
+/// decided.
 #[derive(Debug, Clone, Default)]
 struct TestHook {
-    seen: Arc<Mutex<Vec<(CriRequest, Outcome)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
 }
+
+/// One call `after` saw: the caller's request, what `before` decided, the runtime's outcome.
+type Seen = (CriRequest, Option<&'static str>, Outcome);
 
 impl TestHook {
     fn outcomes(&self, method: Method) -> Vec<(CriRequest, Outcome)> {
+        self.decided(method)
+            .into_iter()
+            .map(|(r, _, o)| (r, o))
+            .collect()
+    }
+
+    fn decided(&self, method: Method) -> Vec<Seen> {
         self.seen
             .lock()
             .unwrap()
             .iter()
-            .filter(|(r, _)| r.method() == method)
+            .filter(|(r, _, _)| r.method() == method)
             .cloned()
             .collect()
     }
 }
 
 impl Hook for TestHook {
-    async fn before(&self, request: &CriRequest) -> Decision {
+    type Decided = &'static str;
+
+    async fn before(&self, request: &CriRequest) -> Decision<&'static str> {
         match request {
-            CriRequest::CreateContainer(_) => Decision::Patch(Patch {
-                resources: ResourcesPatch {
-                    cpuset_cpus: Some("2-3".into()),
-                    ..Default::default()
+            CriRequest::CreateContainer(_) => Decision::Forward {
+                patch: Patch {
+                    resources: ResourcesPatch {
+                        cpuset_cpus: Some("2-3".into()),
+                        ..Default::default()
+                    },
+                    annotations: [("numa-shim/cpus".to_string(), "2-3".to_string())].into(),
                 },
-                annotations: [("numa-shim/cpus".to_string(), "2-3".to_string())].into(),
-            }),
+                decided: "cpus 2-3",
+            },
             CriRequest::RunPodSandbox(r) => {
                 let name = r
                     .config
@@ -74,11 +91,11 @@ impl Hook for TestHook {
         }
     }
 
-    async fn after(&self, request: &CriRequest, outcome: &Outcome) {
+    async fn after(&self, request: &CriRequest, decided: Option<&'static str>, outcome: &Outcome) {
         self.seen
             .lock()
             .unwrap()
-            .push((request.clone(), outcome.clone()));
+            .push((request.clone(), decided, outcome.clone()));
     }
 }
 
@@ -184,14 +201,16 @@ async fn patch_keeps_unknown_fields_and_the_runtime_sees_the_new_cpuset() {
         .unwrap()
         .cpuset_cpus = "2-3".into();
     assert_eq!(got, expected);
-    // The hook's `after` sees the request as forwarded and the decoded response.
-    let outcomes = hook.outcomes(Method::CreateContainer);
+    // The hook's `after` sees the request as the caller sent it, what it decided, and the
+    // decoded response: the decision comes back as a value, not read back from the patch.
+    let outcomes = hook.decided(Method::CreateContainer);
     assert_eq!(outcomes.len(), 1);
-    let (req, outcome) = &outcomes[0];
+    let (req, decided, outcome) = &outcomes[0];
     match req {
-        CriRequest::CreateContainer(r) => assert_eq!(**r, expected),
+        CriRequest::CreateContainer(r) => assert_eq!(**r, create_request("sb1")),
         other => panic!("{other:?}"),
     }
+    assert_eq!(*decided, Some("cpus 2-3"));
     assert_eq!(outcome.status.code(), Code::Ok);
     assert_eq!(
         outcome.response,
@@ -355,8 +374,10 @@ async fn update_container_resources_is_patched_too() {
     #[derive(Debug, Clone, Default)]
     struct Mems;
     impl Hook for Mems {
+        type Decided = ();
+
         async fn before(&self, _request: &CriRequest) -> Decision {
-            Decision::Patch(Patch {
+            Decision::patch(Patch {
                 resources: ResourcesPatch {
                     cpuset_mems: Some("1".into()),
                     cpu_quota: Some(-1),

@@ -1,9 +1,9 @@
 //! Relay lifecycle: runtime down and back, runtime restart, socket ownership, graceful drain
 //! with a bounded grace period, and hook outcomes when the caller hangs up.
 
-#[path = "relay_support/client.rs"]
+#[path = "support/relay/client.rs"]
 mod client;
-#[path = "relay_support/fake.rs"]
+#[path = "support/relay/fake.rs"]
 mod fake;
 
 use std::os::unix::fs::PermissionsExt;
@@ -179,23 +179,30 @@ async fn shutdown_grace_is_bounded() {
 struct Recorder(Arc<Mutex<Vec<Code>>>);
 
 impl Hook for Recorder {
+    type Decided = ();
+
     async fn before(&self, _request: &CriRequest) -> Decision {
         Decision::Continue
     }
-    async fn after(&self, _request: &CriRequest, outcome: &Outcome) {
+    async fn after(&self, _request: &CriRequest, _decided: Option<()>, outcome: &Outcome) {
         self.0.lock().unwrap().push(outcome.status.code());
     }
 }
 
 #[tokio::test]
 async fn hook_learns_the_outcome_even_if_the_caller_hangs_up() {
-    // The runtime takes 400 ms; the caller gives up after 100 ms. The relay must still wait for
-    // the runtime and report its outcome to the hook exactly once.
+    // The runtime would take 400 ms; the caller gives up after 100 ms. The relay cancels the
+    // runtime call, asks the runtime whether the container exists (it does not: this runtime
+    // stops at a cancel) and reports CANCELLED to the hook, exactly once.
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::start(&dir.path().join("runtime.sock")).await;
     let hook = Recorder::default();
-    let relay =
-        RunningRelay::start(&dir.path().join("shim.sock"), &runtime.path, hook.clone()).await;
+    let relay = RunningRelay::start_with(
+        RelayBuilder::new(dir.path().join("shim.sock"), &runtime.path)
+            .hook(hook.clone())
+            .settle_delay(Duration::from_millis(100)),
+    )
+    .await;
     let request = cri::CreateContainerRequest {
         pod_sandbox_id: "slow-400".into(),
         ..Default::default()
@@ -213,16 +220,25 @@ async fn hook_learns_the_outcome_even_if_the_caller_hangs_up() {
         .is_err());
     assert!(
         hook.0.lock().unwrap().is_empty(),
-        "runtime has not answered yet"
+        "the runtime has not been asked yet"
     );
     tokio::time::sleep(Duration::from_millis(700)).await;
     let reported = hook.0.lock().unwrap().clone();
-    assert_eq!(reported, vec![Code::Ok]);
+    assert_eq!(reported, vec![Code::Cancelled]);
     assert_eq!(
         runtime
             .log
             .for_path("/runtime.v1.RuntimeService/CreateContainer")
             .len(),
         1
+    );
+    assert!(runtime.fake.containers.lock().unwrap().is_empty());
+    // Asked twice (at the cancel and after the settle delay).
+    assert_eq!(
+        runtime
+            .log
+            .for_path("/runtime.v1.RuntimeService/ListContainers")
+            .len(),
+        2
     );
 }

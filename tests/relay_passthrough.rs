@@ -1,9 +1,9 @@
 //! The relay forwards calls it does not decode byte for byte: unknown methods and services,
 //! server streams, errors with details and metadata, deadlines, large messages, concurrency.
 
-#[path = "relay_support/client.rs"]
+#[path = "support/relay/client.rs"]
 mod client;
-#[path = "relay_support/fake.rs"]
+#[path = "support/relay/fake.rs"]
 mod fake;
 
 use std::time::{Duration, Instant};

@@ -19,7 +19,7 @@ pub enum RelayError {
     RuntimeHandshake {
         path: PathBuf,
         #[source]
-        source: hyper::Error,
+        source: h2::Error,
     },
     /// A call sent to the runtime failed before its response headers arrived.
     #[error("call {method} to container runtime at {path} failed: {source}")]
@@ -27,14 +27,14 @@ pub enum RelayError {
         method: String,
         path: PathBuf,
         #[source]
-        source: hyper::Error,
+        source: h2::Error,
     },
     /// The runtime's response body broke off while numa-shim was reading it.
     #[error("reading the response to {method} from the container runtime failed: {source}")]
     RuntimeResponse {
         method: String,
         #[source]
-        source: hyper::Error,
+        source: h2::Error,
     },
     /// The client's request body broke off while numa-shim was reading it.
     #[error("reading the {method} request failed: {source}")]
@@ -59,6 +59,22 @@ pub enum RelayError {
     /// The caller's deadline (grpc-timeout) passed before numa-shim could forward the call.
     #[error("deadline of {method} exceeded after {elapsed_ms} ms inside numa-shim")]
     Deadline { method: String, elapsed_ms: u128 },
+    /// The task relaying a call to the runtime ended without an answer (it panicked).
+    #[error("relaying {method} failed: {reason}")]
+    Task { method: String, reason: String },
+    /// The runtime refused one of numa-shim's own calls (the lookup after a cut-off call).
+    #[error("the container runtime refused {method}: {code:?} {message}")]
+    Lookup {
+        method: String,
+        code: Code,
+        message: String,
+    },
+    /// The caller's deadline passed while the runtime had not answered; the runtime call was
+    /// cancelled.
+    #[error(
+        "deadline of {method} exceeded after {elapsed_ms} ms waiting for the container runtime"
+    )]
+    RuntimeDeadline { method: String, elapsed_ms: u128 },
     /// The listening socket could not be set up.
     #[error(transparent)]
     Listen(#[from] crate::listen::ListenError),
@@ -71,13 +87,14 @@ impl RelayError {
             Self::RuntimeUnavailable { .. }
             | Self::RuntimeHandshake { .. }
             | Self::RuntimeCall { .. }
-            | Self::RuntimeResponse { .. } => Code::Unavailable,
+            | Self::RuntimeResponse { .. }
+            | Self::Lookup { .. } => Code::Unavailable,
             Self::RequestBody { .. } => Code::Cancelled,
             Self::Malformed { .. } => Code::InvalidArgument,
             Self::Compressed { .. } => Code::Unimplemented,
             Self::TooLarge { .. } => Code::ResourceExhausted,
-            Self::Deadline { .. } => Code::DeadlineExceeded,
-            Self::Listen(_) => Code::Internal,
+            Self::Deadline { .. } | Self::RuntimeDeadline { .. } => Code::DeadlineExceeded,
+            Self::Task { .. } | Self::Listen(_) => Code::Internal,
         };
         Status::new(code, format!("numa-shim: {self}"))
     }

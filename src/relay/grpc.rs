@@ -2,6 +2,9 @@
 //! answer), statuses as responses and trailers, `grpc-timeout`, and the body type. Never decodes
 //! protobuf itself.
 
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -29,6 +32,13 @@ where
 
 /// A body holding `data` as one DATA frame, then `trailers` if any.
 pub(crate) fn full_body(data: Bytes, trailers: Option<HeaderMap>) -> RelayBody {
+    // Nothing to send: a body that says so, so that the response (or request) HEADERS frame
+    // ends the stream. A trailers-only gRPC response must arrive that way; grpc-go clients
+    // ignore a status in headers followed by an empty DATA frame ("server closed the stream
+    // without sending trailers").
+    if data.is_empty() && trailers.is_none() {
+        return boxed(Empty::<Bytes>::new());
+    }
     let mut frames = Vec::with_capacity(2);
     if !data.is_empty() {
         frames.push(Ok::<_, BoxError>(Frame::data(data)));
@@ -37,6 +47,61 @@ pub(crate) fn full_body(data: Bytes, trailers: Option<HeaderMap>) -> RelayBody {
         frames.push(Ok(Frame::trailers(trailers)));
     }
     StreamBody::new(tokio_stream::iter(frames)).boxed_unsync()
+}
+
+/// A body that plays back frames read from another body, in order, and reports its end exactly
+/// when the original did: an answer that ended with its HEADERS frame (gRPC trailers-only) goes
+/// out as one HEADERS frame with END_STREAM, an answer with trailers ends with them.
+///
+/// It gives no exact size hint on purpose: hyper would add a `content-length` the runtime did
+/// not send.
+#[derive(Debug, Default)]
+pub(crate) struct Replay {
+    frames: VecDeque<Frame<Bytes>>,
+}
+
+impl Replay {
+    /// Appends a frame as it was read.
+    pub(crate) fn push(&mut self, frame: Frame<Bytes>) {
+        self.frames.push_back(frame);
+    }
+
+    /// The trailers, if the original body ended with them.
+    pub(crate) fn trailers(&self) -> Option<&HeaderMap> {
+        self.frames.back().and_then(Frame::trailers_ref)
+    }
+
+    /// The DATA payloads joined (one message for a unary answer); no copy for a single frame.
+    pub(crate) fn data(&self) -> Bytes {
+        let mut chunks = self.frames.iter().filter_map(Frame::data_ref);
+        match (chunks.next(), chunks.next()) {
+            (None, _) => Bytes::new(),
+            (Some(only), None) => only.clone(),
+            (Some(_), Some(_)) => {
+                let mut joined = BytesMut::new();
+                for chunk in self.frames.iter().filter_map(Frame::data_ref) {
+                    joined.extend_from_slice(chunk);
+                }
+                joined.freeze()
+            }
+        }
+    }
+}
+
+impl http_body::Body for Replay {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(self.get_mut().frames.pop_front().map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty()
+    }
 }
 
 /// A trailers-only gRPC response carrying `status` (code, message, details, metadata).
@@ -208,6 +273,26 @@ mod tests {
             response_status(&HeaderMap::new(), None).code(),
             tonic::Code::Unknown
         );
+    }
+
+    #[test]
+    fn replay_ends_when_the_original_did() {
+        use http_body::Body as _;
+        let empty = Replay::default();
+        assert!(
+            empty.is_end_stream(),
+            "trailers-only: nothing after the headers"
+        );
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let mut replay = Replay::default();
+        replay.push(Frame::data(Bytes::from_static(b"ab")));
+        replay.push(Frame::data(Bytes::from_static(b"cd")));
+        replay.push(Frame::trailers(trailers.clone()));
+        assert!(!replay.is_end_stream());
+        assert_eq!(replay.data(), Bytes::from_static(b"abcd"));
+        assert_eq!(replay.trailers(), Some(&trailers));
+        assert_eq!(replay.size_hint().exact(), None);
     }
 
     #[test]

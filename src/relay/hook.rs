@@ -47,15 +47,25 @@ pub enum CriResponse {
     RemoveContainer(cri::RemoveContainerResponse),
 }
 
-/// What [`Hook::before`] wants done with an intercepted request.
+/// What [`Hook::before`] wants done with an intercepted request. `D` is what the hook decided,
+/// handed back to [`Hook::after`] with the runtime's outcome, so the decision travels one way
+/// as a value and is never read back from the forwarded bytes.
 #[derive(Debug, Clone)]
-pub enum Decision {
-    /// Forward the request byte for byte.
+pub enum Decision<D = ()> {
+    /// Forward the request byte for byte; `after` gets no decision.
     Continue,
-    /// Forward the request with these fields set (appended on the wire, see [`Patch`]).
-    Patch(Patch),
+    /// Forward the request with `patch` set (appended on the wire, see [`Patch`]; an empty
+    /// patch forwards the original bytes); `after` gets `decided`.
+    Forward { patch: Patch, decided: D },
     /// Do not forward; answer the caller with this status.
     Reject(Status),
+}
+
+impl Decision<()> {
+    /// Forward with `patch` set, nothing to hand to `after`.
+    pub fn patch(patch: Patch) -> Self {
+        Self::Forward { patch, decided: () }
+    }
 }
 
 /// Fields to set on an intercepted request. Only the fields given here are written; everything
@@ -96,18 +106,31 @@ pub struct Outcome {
 /// Contract: `before` runs for RunPodSandbox, CreateContainer and UpdateContainerResources
 /// before anything is forwarded. For every call that was forwarded (all observed methods, and
 /// intercepted ones that `before` let through) `after` runs exactly once with the runtime's
-/// outcome, even if the caller went away meanwhile. `after` receives the request as forwarded
-/// (patch applied). Calls run concurrently: implementations synchronise themselves.
+/// outcome, even if the caller went away meanwhile. A call cut off by the caller's deadline or
+/// hang-up is cancelled at the runtime; its outcome is then what the runtime shows when asked:
+/// a success with the id of the sandbox or container the runtime created anyway, else the
+/// cut-off status (DEADLINE_EXCEEDED or CANCELLED), reported only once the runtime has
+/// answered (see `relay::settle`). `after` receives the request as the caller sent it and what
+/// `before` decided for it (`None` for observed methods and `Continue`); the patched bytes are
+/// never decoded again. Calls run concurrently: implementations synchronise themselves.
 pub trait Hook: Send + Sync + 'static {
+    /// What `before` decides for one call and `after` gets back (`()` when nothing is kept).
+    type Decided: Send + 'static;
+
     /// Decides what to do with an intercepted request.
-    fn before(&self, request: &CriRequest) -> impl Future<Output = Decision> + Send {
+    fn before(&self, request: &CriRequest) -> impl Future<Output = Decision<Self::Decided>> + Send {
         let _ = request;
         async { Decision::Continue }
     }
 
     /// Observes the outcome of a forwarded decoded call.
-    fn after(&self, request: &CriRequest, outcome: &Outcome) -> impl Future<Output = ()> + Send {
-        let _ = (request, outcome);
+    fn after(
+        &self,
+        request: &CriRequest,
+        decided: Option<Self::Decided>,
+        outcome: &Outcome,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (request, decided, outcome);
         async {}
     }
 }
@@ -116,16 +139,25 @@ pub trait Hook: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoopHook;
 
-impl Hook for NoopHook {}
+impl Hook for NoopHook {
+    type Decided = ();
+}
 
 /// A shared hook, so its owner can keep a handle (e.g. to read the state it maintains).
 impl<T: Hook> Hook for std::sync::Arc<T> {
-    fn before(&self, request: &CriRequest) -> impl Future<Output = Decision> + Send {
+    type Decided = T::Decided;
+
+    fn before(&self, request: &CriRequest) -> impl Future<Output = Decision<Self::Decided>> + Send {
         T::before(self, request)
     }
 
-    fn after(&self, request: &CriRequest, outcome: &Outcome) -> impl Future<Output = ()> + Send {
-        T::after(self, request, outcome)
+    fn after(
+        &self,
+        request: &CriRequest,
+        decided: Option<Self::Decided>,
+        outcome: &Outcome,
+    ) -> impl Future<Output = ()> + Send {
+        T::after(self, request, decided, outcome)
     }
 }
 

@@ -1,6 +1,7 @@
-//! Calls the relay decodes: collect the one request message, decode it, ask the hook, patch
-//! wire-preservingly, forward, and report the runtime's outcome to the hook. Never re-encodes
-//! a request from its decoded form and never alters the runtime's response bytes.
+//! Calls the relay decodes: collect the one request message, decode it once, ask the hook,
+//! append the patch on the wire, forward, and hand the runtime's outcome to the hook with what
+//! it decided. One way: never re-encodes a request from its decoded form, never decodes the
+//! patched bytes again, and never alters the runtime's response bytes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use tokio::sync::oneshot;
 use tracing::{debug, warn, Instrument};
 
 use super::error::RelayError;
@@ -18,21 +20,40 @@ use super::{patch, Shared};
 
 /// Handles one call of a decoded `method`; every failure becomes a gRPC status response. Also
 /// returns the time spent waiting for the runtime (zero when it was not asked).
+///
+/// The runtime call runs in a task of its own so that the hook always learns an outcome. If the
+/// caller's `grpc-timeout` passes first, the caller gets DEADLINE_EXCEEDED at once; if the
+/// caller hangs up (this future is dropped), the task sees it. Either way the runtime call is
+/// cancelled (its stream reset) and the outcome is settled by asking the runtime
+/// ([`super::settle`]).
 pub(crate) async fn handle<H: Hook>(
     shared: Arc<Shared<H>>,
     method: Method,
     req: Request<Incoming>,
 ) -> (Response<RelayBody>, Duration) {
-    match prepare(&shared, method, req).await {
-        Ok(Prepared::Forward(req, forwarded)) => {
-            // Spawned so that the hook always learns the outcome, even if the caller hangs up.
-            let task = tokio::spawn(
-                forward(shared, method, req, forwarded).instrument(tracing::Span::current()),
+    let started = Instant::now();
+    let deadline = req
+        .headers()
+        .get("grpc-timeout")
+        .and_then(grpc::parse_timeout)
+        .map(|limit| started + limit);
+    match prepare(&shared, method, req, started, deadline).await {
+        Ok(Prepared::Forward(req, decoded, decided)) => {
+            let (reply, answer) = oneshot::channel();
+            // Dropped with this future: the caller hung up.
+            let (_caller, hangup) = oneshot::channel::<()>();
+            let cut = Cut { deadline, hangup };
+            tokio::spawn(
+                forward(shared, method, req, decoded, decided, cut, reply)
+                    .instrument(tracing::Span::current()),
             );
-            task.await.unwrap_or_else(|err| {
+            answer.await.unwrap_or_else(|_| {
+                let err = RelayError::Task {
+                    method: method.name().to_string(),
+                    reason: "the relaying task ended without an answer".to_string(),
+                };
                 warn!(error = %err, "relay task failed");
-                let status = tonic::Status::internal("numa-shim: relay task failed");
-                (grpc::status_response(&status), Duration::ZERO)
+                (grpc::status_response(&err.to_status()), Duration::ZERO)
             })
         }
         Ok(Prepared::Answer(status)) => (grpc::status_response(&status), Duration::ZERO),
@@ -46,56 +67,71 @@ pub(crate) async fn handle<H: Hook>(
 /// What to do after the request is read and the hook has spoken. Short-lived, so the size
 /// difference between variants does not matter.
 #[allow(clippy::large_enum_variant)]
-enum Prepared {
-    /// Forward this request; the decoded form is what the runtime will see.
-    Forward(Request<RelayBody>, CriRequest),
+enum Prepared<D> {
+    /// Forward this request (patched on the wire); the caller's request as decoded and what
+    /// the hook decided go to `after`.
+    Forward(Request<RelayBody>, CriRequest, Option<D>),
     /// Answer the caller directly.
     Answer(tonic::Status),
+}
+
+/// What can cut a forwarded call off before the runtime answers.
+struct Cut {
+    /// The caller's deadline (`grpc-timeout` from when the call arrived).
+    deadline: Option<Instant>,
+    /// Resolves when the caller has gone (its sender is dropped with the call's future).
+    hangup: oneshot::Receiver<()>,
+}
+
+/// How the wait for the runtime ended.
+enum Ended {
+    Answered(Result<(Response<RelayBody>, Outcome), RelayError>),
+    Deadline,
+    HungUp,
 }
 
 async fn prepare<H: Hook>(
     shared: &Shared<H>,
     method: Method,
     req: Request<Incoming>,
-) -> Result<Prepared, RelayError> {
-    let started = Instant::now();
+    started: Instant,
+    deadline: Option<Instant>,
+) -> Result<Prepared<H::Decided>, RelayError> {
     let path = req.uri().path().to_string();
     let (mut parts, body) = req.into_parts();
     let body = collect(&path, body, shared.max_message).await?;
     let message = unframe(&path, &parts.headers, &body)?;
     let decoded = decode(&path, method, &message)?;
-    let (body, decoded) = if method.is_intercepted() {
-        let deadline = parts
-            .headers
-            .get("grpc-timeout")
-            .and_then(grpc::parse_timeout);
+    let (body, decided) = if method.is_intercepted() {
         let before = shared.hook.before(&decoded);
         let decision = match deadline {
-            Some(limit) => {
-                tokio::time::timeout(limit, before)
-                    .await
-                    .map_err(|_| RelayError::Deadline {
-                        method: path.clone(),
-                        elapsed_ms: started.elapsed().as_millis(),
-                    })?
-            }
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), before)
+                .await
+                .map_err(|_| RelayError::Deadline {
+                    method: path.clone(),
+                    elapsed_ms: started.elapsed().as_millis(),
+                })?,
             None => before.await,
         };
         match decision {
-            Decision::Continue => (body, decoded),
+            Decision::Continue => (body, None),
             Decision::Reject(status) => {
                 debug!(code = ?status.code(), "hook rejected call");
                 return Ok(Prepared::Answer(status));
             }
-            Decision::Patch(p) => apply(&path, method, &p, &message)?.unwrap_or((body, decoded)),
+            Decision::Forward { patch, decided } => (
+                apply(method, &patch, &message).unwrap_or(body),
+                Some(decided),
+            ),
         }
     } else {
-        (body, decoded)
+        (body, None)
     };
     parts.headers.remove(http::header::CONTENT_LENGTH);
     Ok(Prepared::Forward(
         Request::from_parts(parts, grpc::full_body(body, None)),
         decoded,
+        decided,
     ))
 }
 
@@ -124,23 +160,18 @@ fn decode(path: &str, method: Method, message: &[u8]) -> Result<CriRequest, Rela
     })
 }
 
-/// The framed body and decoded request with `patch` appended to `message`; `None` if the patch
-/// sets nothing, so the original bytes go out.
-fn apply(
-    path: &str,
-    method: Method,
-    patch: &super::hook::Patch,
-    message: &[u8],
-) -> Result<Option<(Bytes, CriRequest)>, RelayError> {
+/// The framed body with `patch` appended to `message` (protobuf merge: the runtime reads the
+/// patched fields, everything else as sent); `None` if the patch sets nothing, so the original
+/// bytes go out.
+fn apply(method: Method, patch: &super::hook::Patch, message: &[u8]) -> Option<Bytes> {
     let extra = patch::encode(method, patch);
     if extra.is_empty() {
-        return Ok(None);
+        return None;
     }
     let mut patched = BytesMut::from(message);
     patched.extend_from_slice(&extra);
-    let decoded = decode(path, method, &patched)?;
     debug!(patch = ?patch, "request patched");
-    Ok(Some((grpc::frame(&patched), decoded)))
+    Some(grpc::frame(&patched))
 }
 
 /// Reads a whole request body, refusing more than `limit` bytes.
@@ -165,34 +196,75 @@ async fn collect(path: &str, mut body: Incoming, limit: usize) -> Result<Bytes, 
     Ok(buf.freeze())
 }
 
-/// Forwards, reads the whole (unary) response, tells the hook, and returns the response as is
-/// with the time the runtime took.
+/// Forwards, reads the whole (unary) response, tells the hook, and replies with the response as
+/// is and the time the runtime took. A call cut off by the caller's deadline or hang-up is
+/// cancelled at the runtime; the caller is answered first, the hook once the runtime has said
+/// what it holds of the call.
 async fn forward<H: Hook>(
     shared: Arc<Shared<H>>,
     method: Method,
     req: Request<RelayBody>,
-    forwarded: CriRequest,
-) -> (Response<RelayBody>, Duration) {
+    request: CriRequest,
+    decided: Option<H::Decided>,
+    cut: Cut,
+    reply: oneshot::Sender<(Response<RelayBody>, Duration)>,
+) {
     let path = req.uri().path().to_string();
     let sent = Instant::now();
-    let result = exchange(&shared, &path, method, req).await;
-    let runtime = sent.elapsed();
-    shared.runtime_answered(&result);
-    let (response, outcome) = match result {
-        Ok(ok) => ok,
-        Err(err) => {
-            let status = err.to_status();
-            warn!(error = %err, "runtime call failed");
-            let outcome = Outcome {
-                status: status.clone(),
-                response: None,
-            };
-            (grpc::status_response(&status), outcome)
+    let expired = async {
+        match cut.deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+            None => std::future::pending().await,
         }
     };
-    debug!(code = ?outcome.status.code(), "runtime answered");
-    shared.hook.after(&forwarded, &outcome).await;
-    (response, runtime)
+    // Leaving the select drops the exchange, which resets the runtime's stream (CANCEL).
+    let ended = tokio::select! {
+        result = exchange(&shared, &path, method, req) => Ended::Answered(result),
+        () = expired => Ended::Deadline,
+        _ = cut.hangup => Ended::HungUp,
+    };
+    let runtime = sent.elapsed();
+    let status = match ended {
+        Ended::Answered(result) => {
+            shared.runtime_answered(&result);
+            let (response, outcome) = match result {
+                Ok(ok) => ok,
+                Err(err) => {
+                    let status = err.to_status();
+                    warn!(error = %err, "runtime call failed");
+                    let outcome = Outcome {
+                        status: status.clone(),
+                        response: None,
+                    };
+                    (grpc::status_response(&status), outcome)
+                }
+            };
+            debug!(code = ?outcome.status.code(), "runtime answered");
+            shared.hook.after(&request, decided, &outcome).await;
+            let _ = reply.send((response, runtime));
+            return;
+        }
+        Ended::Deadline => {
+            let err = RelayError::RuntimeDeadline {
+                method: path,
+                elapsed_ms: runtime.as_millis(),
+            };
+            warn!(error = %err, "runtime call cancelled at the caller's deadline");
+            let status = err.to_status();
+            let _ = reply.send((grpc::status_response(&status), runtime));
+            status
+        }
+        Ended::HungUp => {
+            warn!(method = %path, "caller hung up; runtime call cancelled");
+            tonic::Status::cancelled(format!("numa-shim: the caller cancelled {path}"))
+        }
+    };
+    let outcome = shared
+        .settle
+        .outcome(&shared.upstream, &request, status)
+        .await;
+    debug!(code = ?outcome.status.code(), "cut-off call settled");
+    shared.hook.after(&request, decided, &outcome).await;
 }
 
 async fn exchange<H: Hook>(
@@ -202,19 +274,18 @@ async fn exchange<H: Hook>(
     req: Request<RelayBody>,
 ) -> Result<(Response<RelayBody>, Outcome), RelayError> {
     let response = shared.upstream.send(path, req).await?;
-    let (parts, body) = response.into_parts();
-    let collected = body
-        .collect()
-        .await
-        .map_err(|source| RelayError::RuntimeResponse {
+    let (parts, mut body) = response.into_parts();
+    // Kept frame by frame, so the answer leaves in the shape it came (trailers-only or not).
+    let mut replay = grpc::Replay::default();
+    while let Some(frame) = body.frame().await {
+        replay.push(frame.map_err(|source| RelayError::RuntimeResponse {
             method: path.to_string(),
             source,
-        })?;
-    let trailers = collected.trailers().cloned();
-    let data = collected.to_bytes();
-    let status = grpc::response_status(&parts.headers, trailers.as_ref());
+        })?);
+    }
+    let status = grpc::response_status(&parts.headers, replay.trailers());
     let response = if status.code() == tonic::Code::Ok {
-        let decoded = grpc::unframe(&data)
+        let decoded = grpc::unframe(&replay.data())
             .ok()
             .and_then(|m| CriResponse::decode(method, &m).ok());
         if decoded.is_none() {
@@ -225,7 +296,7 @@ async fn exchange<H: Hook>(
         None
     };
     Ok((
-        Response::from_parts(parts, grpc::full_body(data, trailers)),
+        Response::from_parts(parts, grpc::boxed(replay)),
         Outcome { status, response },
     ))
 }

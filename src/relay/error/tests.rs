@@ -21,6 +21,11 @@ fn hyper_error() -> hyper::Error {
     })
 }
 
+/// An h2 error as the runtime connection yields it (a stream the runtime reset).
+fn h2_error() -> h2::Error {
+    h2::Error::from(h2::Reason::REFUSED_STREAM)
+}
+
 #[test]
 fn every_variant_maps_to_its_code() {
     let io = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
@@ -38,7 +43,7 @@ fn every_variant_maps_to_its_code() {
         (
             RelayError::RuntimeHandshake {
                 path: p(),
-                source: hyper_error(),
+                source: h2_error(),
             },
             Code::Unavailable,
             "refused the http/2 handshake",
@@ -47,7 +52,7 @@ fn every_variant_maps_to_its_code() {
             RelayError::RuntimeCall {
                 method: m(),
                 path: p(),
-                source: hyper_error(),
+                source: h2_error(),
             },
             Code::Unavailable,
             "call /runtime.v1.RuntimeService/CreateContainer",
@@ -55,7 +60,7 @@ fn every_variant_maps_to_its_code() {
         (
             RelayError::RuntimeResponse {
                 method: m(),
-                source: hyper_error(),
+                source: h2_error(),
             },
             Code::Unavailable,
             "reading the response",
@@ -100,6 +105,31 @@ fn every_variant_maps_to_its_code() {
             },
             Code::DeadlineExceeded,
             "after 7 ms",
+        ),
+        (
+            RelayError::Task {
+                method: m(),
+                reason: "task panicked".into(),
+            },
+            Code::Internal,
+            "relaying /runtime.v1.RuntimeService/CreateContainer failed: task panicked",
+        ),
+        (
+            RelayError::RuntimeDeadline {
+                method: m(),
+                elapsed_ms: 9,
+            },
+            Code::DeadlineExceeded,
+            "after 9 ms waiting for the container runtime",
+        ),
+        (
+            RelayError::Lookup {
+                method: "/runtime.v1.RuntimeService/ListPodSandbox".into(),
+                code: Code::Unknown,
+                message: "busy".into(),
+            },
+            Code::Unavailable,
+            "refused /runtime.v1.RuntimeService/ListPodSandbox: Unknown busy",
         ),
         (
             RelayError::Listen(ListenError::NotASocket { path: p() }),
