@@ -5,15 +5,22 @@
 //! `registry` is pure bookkeeping around the decision core; the rest is the async shell. No lock
 //! is ever held across a call to the runtime.
 
+pub mod annotations;
+pub mod gauges;
 pub mod hook;
+pub mod placer;
+pub mod placing;
 pub mod pool;
 pub mod recover;
+pub mod refusals;
 pub mod registry;
 pub mod runtime;
 pub mod start;
 pub mod store;
 
-pub use hook::{PlacementHook, Placer, RegistryGuard};
+pub use hook::PlacementHook;
+pub use placer::{Placer, RegistryGuard};
+pub use placing::{Decided, PlacementError};
 pub use registry::{Adoption, ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
 pub use start::{start, Options, SpecSource, StartError, Started};
 pub use store::Store;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use super::hook::Placer;
+use super::placer::Placer;
 use super::registry::CpusetUpdate;
 use super::runtime::{pid_of, Runtime};
 use crate::cgroup::Host;
@@ -68,41 +68,80 @@ pub async fn apply_pending(placer: &Placer, runtime: &Runtime, settings: &PoolSe
     let updates = placer.registry().pending_updates();
     let mut applied = 0;
     for update in updates {
-        if push(runtime, &update, settings).await {
-            placer
-                .registry()
-                .mark_applied(&update.container_id, &update.cpus);
-            applied += 1;
+        match push(runtime, &update, settings).await {
+            // An exited container never runs again (a restart is a new container): its record
+            // takes the cpuset as containerd's answer for it would have it, so that it is not
+            // pushed again every round.
+            Pushed::Applied | Pushed::Exited => {
+                placer
+                    .registry()
+                    .mark_applied(&update.container_id, &update.cpus);
+                applied += 1;
+            }
+            Pushed::Gone | Pushed::Failed => {}
         }
     }
     if applied > 0 {
-        placer.persist().await;
+        // A failure is counted and retried by the state writer; the cpusets are applied.
+        let _ = placer.persist().await;
     }
     applied
 }
 
-async fn push(runtime: &Runtime, update: &CpusetUpdate, settings: &PoolSettings) -> bool {
+/// What became of one cpuset update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pushed {
+    Applied,
+    /// The container has exited: there is nothing to apply.
+    Exited,
+    /// The runtime no longer has the container.
+    Gone,
+    /// Every attempt failed; the next round tries again.
+    Failed,
+}
+
+async fn push(runtime: &Runtime, update: &CpusetUpdate, settings: &PoolSettings) -> Pushed {
     let cpus = update.cpus.to_string();
     for attempt in 1..=ATTEMPTS {
-        match runtime
+        let err = match runtime
             .update_cpuset(&update.container_id, &cpus, update.mems.as_deref())
             .await
         {
             Ok(()) => {
                 info!(container = %update.container_id, cpus = %cpus, "cpuset updated");
-                return true;
+                return Pushed::Applied;
             }
-            Err(status) if status.code() == tonic::Code::NotFound => {
-                debug!(container = %update.container_id, "container gone; update dropped");
-                return false;
-            }
-            Err(status) => {
-                warn!(container = %update.container_id, attempt, code = ?status.code(), message = status.message(), "cpuset update failed");
-                tokio::time::sleep(settings.retry_backoff * attempt).await;
-            }
+            Err(err) => err,
+        };
+        // containerd answers NotFound for a removed container and accepts a stopped one's
+        // cpuset; CRI-O refuses both with Unknown. Its ContainerStatus tells them apart.
+        let gone = match err.code() {
+            tonic::Code::NotFound => Some(Pushed::Gone),
+            tonic::Code::Unavailable => None,
+            _ => not_running(runtime, &update.container_id).await,
+        };
+        if let Some(gone) = gone {
+            debug!(container = %update.container_id, ?gone, error = %err, "container not running; update dropped");
+            return gone;
         }
+        warn!(container = %update.container_id, attempt, error = %err, "cpuset update failed");
+        tokio::time::sleep(settings.retry_backoff * attempt).await;
     }
-    false
+    Pushed::Failed
+}
+
+/// After a refused update: whether the runtime says the container has exited or is gone.
+async fn not_running(runtime: &Runtime, container_id: &str) -> Option<Pushed> {
+    match runtime.container_status(container_id).await {
+        Err(err) if err.code() == tonic::Code::NotFound => Some(Pushed::Gone),
+        Err(_) => None,
+        Ok(status) => status
+            .status
+            .is_some_and(|s| {
+                s.state == crate::proto::cri::v1::ContainerState::ContainerExited as i32
+            })
+            .then_some(Pushed::Exited),
+    }
 }
 
 /// Reads the real cpuset of every recorded running container and restores the ones that differ
@@ -146,7 +185,7 @@ pub async fn check_drift(placer: &Placer, runtime: &Runtime, settings: &PoolSett
         if reading.cpus != record.cpus {
             warn!(container = %record.container_id, want = %record.cpus, found = %reading.cpus, "cpuset drifted; restoring");
             placer.metrics().drift_correction(ResourceName::Cpu);
-            if push(runtime, &record, settings).await {
+            if push(runtime, &record, settings).await == Pushed::Applied {
                 corrected += 1;
             }
         }

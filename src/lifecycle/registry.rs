@@ -10,10 +10,13 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
+use crate::knowledge::SpecOrigin;
 use crate::placement::node::{
     ContainerPlacement, CpuQuota, Isolation, Node, NodeError, NodeSnapshot,
 };
 use crate::placement::{AdmissionError, ContainerRole, ContainerSpec, PodSpec, Resources};
+
+pub use adopt::{Adoption, FoundContainer, FoundPod};
 
 /// Where a pod's spec came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +40,23 @@ pub struct PodRecord {
     pub sandbox_id: Option<String>,
     /// False after StopPodSandbox: resources are released, the record waits for removal.
     pub active: bool,
+    /// Which source told the spec (`Source::Spec`: the Pods API or the API server; `Inferred`:
+    /// CRI); unknown for pods restored from an older checkpoint or adopted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SpecOrigin>,
+}
+
+impl PodRecord {
+    /// Where the pod's spec came from, as logs, metrics and `inspect` name it: `pods-api`,
+    /// `apiserver`, `inferred`, `adopted` (`spec` when a watched source it was, but not which).
+    pub fn source_name(&self) -> &'static str {
+        match (self.source, self.origin) {
+            (Source::Spec, Some(origin)) => origin.as_str(),
+            (Source::Spec, None) => "spec",
+            (Source::Inferred, _) => "inferred",
+            (Source::Adopted, _) => "adopted",
+        }
+    }
 }
 
 /// One container numa-shim let through CreateContainer.
@@ -74,21 +94,6 @@ pub struct CpusetUpdate {
     pub container_id: String,
     pub cpus: CpuSet,
     pub mems: Option<String>,
-}
-
-/// A container found running at start-up, as its annotations describe it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Adoption {
-    pub container_id: String,
-    pub sandbox_id: String,
-    /// The pod as far as the runtime tells (uid, namespace, name; no containers).
-    pub pod: PodSpec,
-    pub name: String,
-    pub cpus: CpuSet,
-    pub mems: Option<String>,
-    pub exclusive: bool,
-    /// The container ran on CPUs of its own (exclusive slice or pod shared pool).
-    pub pinned: bool,
 }
 
 /// The serialisable part of a registry (the checkpoint payload).
@@ -177,9 +182,18 @@ impl Registry {
             source,
             sandbox_id: None,
             active: true,
+            origin: None,
         };
         self.pods.insert(spec.uid, record);
         Ok(())
+    }
+
+    /// Records which source told the pod's spec, if nothing is recorded yet. Readers of
+    /// revisions (PodResources) do not see it, so the revision stays.
+    pub fn set_origin(&mut self, pod_uid: &str, origin: SpecOrigin) {
+        if let Some(record) = self.pods.get_mut(pod_uid) {
+            record.origin.get_or_insert(origin);
+        }
     }
 
     /// The runtime created the sandbox: the reservation becomes the pod's.
@@ -199,6 +213,32 @@ impl Registry {
         {
             self.drop_pod(pod_uid);
         }
+    }
+
+    /// Whether [`Registry::decide_container`] would infer container `name` of the sandbox from
+    /// its CRI resources (an inferred pod seeing the container for the first time).
+    pub fn infers(&self, sandbox_id: &str, name: &str) -> bool {
+        self.uid_of_sandbox(sandbox_id)
+            .and_then(|uid| self.pods.get(&uid))
+            .is_some_and(|r| {
+                r.active && r.source == Source::Inferred && !has_container(&r.spec, name)
+            })
+    }
+
+    /// The spec numa-shim inferred for container `name` of an inferred pod, once the pod lists
+    /// it (annotated on the container so recovery can rebuild the pod without a checkpoint).
+    pub fn inferred_container(&self, sandbox_id: &str, name: &str) -> Option<ContainerSpec> {
+        let uid = self.uid_of_sandbox(sandbox_id)?;
+        let record = self
+            .pods
+            .get(&uid)
+            .filter(|r| r.source == Source::Inferred)?;
+        record
+            .spec
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
     }
 
     /// Where container `name` of the sandbox should run (CreateContainer, before forwarding).
@@ -272,7 +312,10 @@ impl Registry {
         })
     }
 
-    /// The runtime created the container with `decision` applied.
+    /// The runtime created the container with `decision` applied. This is where the kubelet's
+    /// `PreStartContainer` calls its managers' `AddContainer` (after CreateContainer succeeded,
+    /// before StartContainer): the Memory Manager gives back what the pod's regular init
+    /// containers before this one held.
     pub fn commit_container(
         &mut self,
         container_id: &str,
@@ -284,6 +327,7 @@ impl Registry {
             return;
         };
         self.touch(&pod_uid);
+        self.node.start_container(&pod_uid, name);
         let record = ContainerRecord {
             pod_uid,
             name: name.to_string(),
@@ -309,19 +353,26 @@ impl Registry {
         }
     }
 
-    /// RemoveContainer succeeded: the container's own holdings go back by the kubelet's rules,
-    /// unless a newer instance of the same container still runs.
+    /// RemoveContainer succeeded: the container is forgotten, its CPUs and memory are not given
+    /// back. As in kubelet v1.37.2, a container's resources stay with its pod while the pod is
+    /// active (the kubelet's PostStopContainer reaches only the Topology Manager; the CPU and
+    /// Memory Managers release a pod once it is no longer active): they go back with the
+    /// sandbox, and a new instance of the container gets the same ones.
     pub fn remove_container(&mut self, container_id: &str) {
         let Some(record) = self.containers.remove(container_id) else {
             return;
         };
         self.touch(&record.pod_uid);
-        let newer = self
-            .containers
-            .values()
-            .any(|c| c.pod_uid == record.pod_uid && c.name == record.name);
-        if !newer {
-            self.node.remove_container(&record.pod_uid, &record.name);
+        if record.pinned {
+            // CPUs held for it (adopted without its pod's spec) go back, unless another held
+            // container still runs on them.
+            let still = self
+                .containers
+                .values()
+                .filter(|c| c.pinned)
+                .fold(CpuSet::new(), |acc, c| acc.union(&c.cpus));
+            self.node
+                .release_unavailable(&record.cpus.difference(&still));
         }
     }
 
@@ -440,11 +491,11 @@ impl Registry {
         stale_pods.len() + stale_containers.len()
     }
 
-    /// Marks CPUs held by containers numa-shim does not know (recovery without a checkpoint),
-    /// so they are never granted again.
-    pub fn hold_foreign(&mut self, cpus: &CpuSet) -> Result<(), NodeError> {
-        let free = cpus.intersection(&self.node.shared_cpus());
-        self.node.mark_unavailable(&free)
+    /// The pod whose sandbox is `sandbox_id`.
+    pub fn pod_of_sandbox(&self, sandbox_id: &str) -> Option<&PodRecord> {
+        self.pods
+            .values()
+            .find(|p| p.sandbox_id.as_deref() == Some(sandbox_id))
     }
 
     fn uid_of_sandbox(&self, sandbox_id: &str) -> Option<String> {
@@ -452,37 +503,6 @@ impl Registry {
             .iter()
             .find(|(_, p)| p.sandbox_id.as_deref() == Some(sandbox_id))
             .map(|(uid, _)| uid.clone())
-    }
-
-    /// Records a container found running at start-up that the checkpoint does not know, from
-    /// what numa-shim annotated on it. `pinned` containers keep their CPUs, which are held so
-    /// they are never granted again; the others follow the node shared pool.
-    pub fn adopt_container(&mut self, found: Adoption) -> Result<(), NodeError> {
-        if !self.pods.contains_key(&found.pod.uid) {
-            let record = PodRecord {
-                spec: found.pod.clone(),
-                source: Source::Adopted,
-                sandbox_id: Some(found.sandbox_id),
-                active: true,
-            };
-            self.pods.insert(found.pod.uid.clone(), record);
-        }
-        self.touch(&found.pod.uid);
-        let managed = self.node.container(&found.pod.uid, &found.name).is_some();
-        let pinned = found.pinned && !managed;
-        if pinned {
-            self.hold_foreign(&found.cpus)?;
-        }
-        let record = ContainerRecord {
-            pod_uid: found.pod.uid,
-            name: found.name,
-            cpus: found.cpus,
-            mems: found.mems,
-            exclusive: found.exclusive,
-            pinned,
-        };
-        self.containers.insert(found.container_id, record);
-        Ok(())
     }
 
     fn release_pod(&mut self, uid: &str) {
@@ -578,5 +598,6 @@ fn decision(p: &ContainerPlacement) -> ContainerDecision {
     }
 }
 
+mod adopt;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! numa-shim's own CRI client to the runtime: the calls it makes itself (cpuset updates, start-up
-//! reconciliation), never on behalf of the kubelet. A tonic channel over the runtime's unix socket.
+//! reconciliation, the drift check), never on behalf of the kubelet. A tonic channel over the
+//! runtime's unix socket; every failure is a [`RuntimeError`] naming the socket and the method.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +14,22 @@ use crate::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 
 /// Largest message numa-shim accepts from the runtime on its own calls.
 const MAX_MESSAGE: usize = 16 << 20;
+
+/// A call numa-shim made to the runtime that failed: which socket, which method, and the status.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("runtime {}: {method}: {}: {}", .socket.display(), .status.code(), .status.message())]
+pub struct RuntimeError {
+    pub socket: PathBuf,
+    pub method: &'static str,
+    pub status: tonic::Status,
+}
+
+impl RuntimeError {
+    /// The gRPC code the runtime (or the channel) answered.
+    pub fn code(&self) -> tonic::Code {
+        self.status.code()
+    }
+}
 
 /// A lazily connected channel to a unix-socket gRPC server.
 pub fn unix_channel(path: &Path) -> Channel {
@@ -29,6 +46,7 @@ pub fn unix_channel(path: &Path) -> Channel {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     client: RuntimeServiceClient<Channel>,
+    socket: PathBuf,
 }
 
 impl Runtime {
@@ -36,7 +54,23 @@ impl Runtime {
         let client = RuntimeServiceClient::new(unix_channel(socket))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        Self { client }
+        Self {
+            client,
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    /// The runtime's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn failed(&self, method: &'static str) -> impl FnOnce(tonic::Status) -> RuntimeError + '_ {
+        move |status| RuntimeError {
+            socket: self.socket.clone(),
+            method,
+            status,
+        }
     }
 
     /// Sets a running container's cpuset (only `cpuset_cpus`/`cpuset_mems`, as the kubelet's CPU
@@ -46,7 +80,7 @@ impl Runtime {
         container_id: &str,
         cpus: &str,
         mems: Option<&str>,
-    ) -> Result<(), tonic::Status> {
+    ) -> Result<(), RuntimeError> {
         let linux = cri::LinuxContainerResources {
             cpuset_cpus: cpus.to_string(),
             cpuset_mems: mems.unwrap_or_default().to_string(),
@@ -62,46 +96,50 @@ impl Runtime {
             .update_container_resources(request)
             .await
             .map(|_| ())
+            .map_err(self.failed("UpdateContainerResources"))
     }
 
     /// Every sandbox the runtime has.
-    pub async fn sandboxes(&self) -> Result<Vec<cri::PodSandbox>, tonic::Status> {
+    pub async fn sandboxes(&self) -> Result<Vec<cri::PodSandbox>, RuntimeError> {
         let request = cri::ListPodSandboxRequest::default();
-        Ok(self
-            .client
-            .clone()
-            .list_pod_sandbox(request)
-            .await?
+        let response = self.client.clone().list_pod_sandbox(request).await;
+        Ok(response
+            .map_err(self.failed("ListPodSandbox"))?
             .into_inner()
             .items)
     }
 
     /// Every container the runtime has.
-    pub async fn containers(&self) -> Result<Vec<cri::Container>, tonic::Status> {
+    pub async fn containers(&self) -> Result<Vec<cri::Container>, RuntimeError> {
         let request = cri::ListContainersRequest::default();
-        Ok(self
-            .client
-            .clone()
-            .list_containers(request)
-            .await?
+        let response = self.client.clone().list_containers(request).await;
+        Ok(response
+            .map_err(self.failed("ListContainers"))?
             .into_inner()
             .containers)
+    }
+
+    /// The `info` of the runtime's verbose Status answer (CRI-O puts its configuration there,
+    /// containerd its own).
+    pub async fn status_info(
+        &self,
+    ) -> Result<std::collections::HashMap<String, String>, tonic::Status> {
+        let request = cri::StatusRequest { verbose: true };
+        Ok(self.client.clone().status(request).await?.into_inner().info)
     }
 
     /// The container's status with the runtime's verbose info (pid for cgroup reads).
     pub async fn container_status(
         &self,
         id: &str,
-    ) -> Result<cri::ContainerStatusResponse, tonic::Status> {
+    ) -> Result<cri::ContainerStatusResponse, RuntimeError> {
         let request = cri::ContainerStatusRequest {
             container_id: id.to_string(),
             verbose: true,
         };
-        Ok(self
-            .client
-            .clone()
-            .container_status(request)
-            .await?
+        let response = self.client.clone().container_status(request).await;
+        Ok(response
+            .map_err(self.failed("ContainerStatus"))?
             .into_inner())
     }
 }
@@ -115,4 +153,38 @@ pub fn pid_of(status: &cri::ContainerStatusResponse) -> Option<u32> {
         .as_u64()
         .and_then(|p| u32::try_from(p).ok())
         .filter(|&p| p > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each of numa-shim's own calls names the socket and the method when it fails.
+    #[tokio::test]
+    async fn every_failed_call_names_socket_and_method() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("gone.sock");
+        let runtime = Runtime::new(&socket);
+        let errors = [
+            runtime.sandboxes().await.map(drop).unwrap_err(),
+            runtime.containers().await.map(drop).unwrap_err(),
+            runtime.container_status("c1").await.map(drop).unwrap_err(),
+            runtime.update_cpuset("c1", "0", None).await.unwrap_err(),
+        ];
+        let methods = [
+            "ListPodSandbox",
+            "ListContainers",
+            "ContainerStatus",
+            "UpdateContainerResources",
+        ];
+        for (err, method) in errors.iter().zip(methods) {
+            assert_eq!(err.method, method);
+            assert_eq!(err.code(), tonic::Code::Unavailable);
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("runtime {}: {method}: ", socket.display())),
+                "{text}"
+            );
+        }
+    }
 }

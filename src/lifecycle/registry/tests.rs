@@ -223,6 +223,94 @@ fn removing_an_old_instance_keeps_the_new_one_placed() {
     );
 }
 
+/// kubelet v1.37.2: a container that stopped and was removed keeps its CPUs while its pod is
+/// active (PostStopContainer reaches only the Topology Manager; the CPU and Memory Managers
+/// release a pod's resources once it is no longer active); they go back with the sandbox.
+#[test]
+fn a_removed_container_keeps_its_cpus_until_the_pod_goes() {
+    let mut r = registry();
+    r.admit(
+        pod("p", None, vec![app("a", guaranteed(2, 1))]),
+        Source::Spec,
+    )
+    .unwrap();
+    r.commit_sandbox("p", "sb");
+    let a = r.decide_container("sb", "a", infer_none).unwrap().unwrap();
+    r.commit_container("a-0", "sb", "a", &a);
+    let shared = r.node().shared_cpus();
+    r.remove_container("a-0");
+    assert_eq!(r.node().shared_cpus(), shared, "nothing goes back yet");
+    // A new instance of the container runs on the same CPUs.
+    assert_eq!(
+        r.decide_container("sb", "a", infer_none).unwrap().unwrap(),
+        a
+    );
+    r.stop_sandbox("sb");
+    assert_eq!(r.node().shared_cpus(), shared.union(&a.cpus));
+}
+
+/// The kubelet calls its managers' `AddContainer` in `PreStartContainer`, after CreateContainer
+/// succeeded: when the runtime has created the pod's app container, the Memory Manager gives
+/// back what the regular init container held.
+#[test]
+fn a_created_app_container_frees_the_init_containers_memory() {
+    use crate::placement::config::{MemoryPolicy, ReservedMemory};
+    let topo = SyntheticSpec::new(2, 1, 4, 1, 1).build().unwrap();
+    let config = Config {
+        cpu_policy: CpuPolicy::Static,
+        reserved_cpus: ReservedCpus::Explicit(CpuSet::new()),
+        accept_no_reserved_cpus: true,
+        memory_policy: MemoryPolicy::Static,
+        reserved_memory: vec![ReservedMemory {
+            numa_node: 0,
+            memory: 1 << 30,
+            hugepages: Default::default(),
+        }],
+        topology_policy: TopologyPolicy::SingleNumaNode,
+        topology_scope: TopologyScope::Container,
+        ..Config::default()
+    };
+    let mut r = Registry::new(Node::new(topo, config).unwrap());
+    let mut spec = pod("p", None, vec![app("app", guaranteed(1, 1))]);
+    spec.init_containers = vec![ContainerSpec {
+        name: "init".into(),
+        role: ContainerRole::Init,
+        resources: guaranteed(1, 8),
+    }];
+    r.admit(spec, Source::Spec).unwrap();
+    r.commit_sandbox("p", "sb");
+    let free = |r: &Registry| -> u64 {
+        r.node()
+            .memory_manager()
+            .state()
+            .machine
+            .values()
+            .map(|n| n.memory["memory"].free)
+            .sum()
+    };
+    let held = free(&r);
+    let init = r
+        .decide_container("sb", "init", infer_none)
+        .unwrap()
+        .unwrap();
+    r.commit_container("c-init", "sb", "init", &init);
+    assert_eq!(
+        free(&r),
+        held,
+        "the init container's own start frees nothing"
+    );
+    let app_decision = r
+        .decide_container("sb", "app", infer_none)
+        .unwrap()
+        .unwrap();
+    r.commit_container("c-app", "sb", "app", &app_decision);
+    assert_eq!(
+        free(&r),
+        held + (7 << 30),
+        "8Gi held for the init container, 1Gi for the app"
+    );
+}
+
 #[test]
 fn inferred_pod_is_extended_container_by_container() {
     let mut r = registry();
@@ -360,4 +448,45 @@ fn recovery_drops_what_the_runtime_no_longer_has() {
     assert_eq!(r.node().shared_cpus(), cpus("0-7"));
     r.hold_foreign(&cpus("6-7")).unwrap();
     assert_eq!(r.node().shared_cpus(), cpus("0-5"));
+}
+
+/// CPUs held for containers adopted without their pod's spec go back when those containers go,
+/// however their removal is learned (a RemoveContainer, or recovery finding them gone together
+/// with their sandbox): a held CPU is never leaked.
+#[test]
+fn held_cpus_go_back_with_their_containers() {
+    let held = |r: &mut Registry, id: &str, cpu: &str| {
+        r.adopt_container(Adoption {
+            container_id: id.into(),
+            sandbox_id: "sb".into(),
+            pod: pod("old", None, vec![]),
+            name: id.into(),
+            cpus: cpus(cpu),
+            mems: None,
+            exclusive: true,
+            pinned: true,
+        })
+        .unwrap();
+    };
+    let mut r = registry();
+    held(&mut r, "a", "1");
+    held(&mut r, "b", "2");
+    assert_eq!(r.node().shared_cpus(), cpus("0,3-7"));
+    r.remove_container("a");
+    assert_eq!(r.node().shared_cpus(), cpus("0-1,3-7"), "a's cpu is back");
+    // The sandbox and its last container gone at once, as recovery finds them.
+    assert_eq!(r.retain_known(&[], &[]), 2);
+    assert_eq!(r.node().shared_cpus(), cpus("0-7"), "nothing stays held");
+    assert!(r.node().unavailable_cpus().is_empty());
+}
+
+/// A checkpoint from an older numa-shim may hold CPUs for containers it no longer records:
+/// recovery gives them back.
+#[test]
+fn cpus_held_for_nobody_are_released() {
+    let mut r = registry();
+    r.hold_foreign(&cpus("3-4")).unwrap();
+    assert_eq!(r.node().shared_cpus(), cpus("0-2,5-7"));
+    assert_eq!(r.release_unheld(), cpus("3-4"));
+    assert_eq!(r.node().shared_cpus(), cpus("0-7"));
 }

@@ -1,0 +1,269 @@
+//! The [`Placer`]: everything the hook, the pool updater and recovery share — the registry
+//! behind a short lock, the checkpoint store and whether the newest state is on disk, where pod
+//! specs come from, the pool gauges, the refused pods (`refused`) and refusal reports. Decides nothing itself (`placing`
+//! does); never holds the lock across an `.await`.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tracing::info;
+
+mod refused;
+
+use super::gauges;
+use super::refusals::Refusals;
+use super::registry::Registry;
+use super::store::{Durable, Store, StoreError};
+use crate::knowledge::Knowledge;
+use crate::placement::PodSpec;
+use crate::proto::cri::v1 as cri;
+use crate::report::{Refusal, Reporter, Stage};
+use crate::telemetry::{self, Metrics, ResourceName};
+
+/// Everything the hook, the pool updater and recovery share.
+#[derive(Debug)]
+pub struct Placer {
+    registry: Mutex<Registry>,
+    /// Bumped on every mutable use of the registry (readers such as PodResources cache by it).
+    epoch: AtomicU64,
+    store: Store,
+    knowledge: Knowledge,
+    pool_changed: Notify,
+    /// Woken when a checkpoint write fails or a change waits to be written, so that the state
+    /// writer ([`Placer::keep_state`]) writes it.
+    state_behind: Notify,
+    metrics: Arc<Metrics>,
+    /// Where refusals go to become Events and pod status (`None`: only the log).
+    reporter: Option<Reporter>,
+    /// Pods refused now, which the kubelet keeps retrying.
+    refusals: Mutex<Refusals>,
+}
+
+impl Placer {
+    pub fn new(
+        registry: Registry,
+        store: Store,
+        knowledge: Knowledge,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            registry: Mutex::new(registry),
+            epoch: AtomicU64::new(0),
+            store,
+            knowledge,
+            pool_changed: Notify::new(),
+            state_behind: Notify::new(),
+            metrics,
+            reporter: None,
+            refusals: Mutex::new(Refusals::default()),
+        }
+    }
+
+    /// Reports refused pods to the API server through `reporter`.
+    pub fn with_reporter(mut self, reporter: Reporter) -> Self {
+        self.reporter = Some(reporter);
+        self
+    }
+
+    /// Hands a refusal (the kubelet's reason and message) to the reporter, if any (never
+    /// waits). Replayed refusals are handed over too: the reporter bumps the Event's count.
+    pub(super) fn refused(
+        &self,
+        meta: Option<&cri::PodSandboxMetadata>,
+        reason: &str,
+        message: &str,
+        stage: Stage,
+    ) {
+        if let (Some(reporter), Some(meta)) = (&self.reporter, meta) {
+            reporter.refused(Refusal {
+                uid: meta.uid.clone(),
+                namespace: meta.namespace.clone(),
+                name: meta.name.clone(),
+                reason: reason.to_string(),
+                message: message.to_string(),
+                stage,
+            });
+        }
+    }
+
+    /// The registry, for a short critical section. Never hold the guard across an `.await`.
+    pub fn registry(&self) -> RegistryGuard<'_> {
+        // A panic while holding the lock cannot leave the registry half-changed (every
+        // registry method is all-or-nothing), so a poisoned lock is still usable.
+        let guard = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        RegistryGuard {
+            guard,
+            epoch: &self.epoch,
+        }
+    }
+
+    /// Changes whenever the registry may have changed: every mutable use bumps it (under the
+    /// lock), so an unchanged epoch means an unchanged registry.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Where pod specs come from.
+    pub fn knowledge(&self) -> &Knowledge {
+        &self.knowledge
+    }
+
+    /// Puts the current state on disk and waits until it is there. Callers that wait at the
+    /// same time share one write (group commit): the write snapshots the registry when it
+    /// starts. A failure is counted, makes [`Placer::state_problem`] say why and wakes the
+    /// state writer.
+    pub async fn persist(&self) -> Result<(), StoreError> {
+        let want = self.store.next_seq();
+        let result = self
+            .store
+            .write_covering(want, || {
+                let registry = self.registry();
+                (self.store.next_seq(), registry.snapshot())
+            })
+            .await;
+        match &result {
+            Ok(Durable::Wrote) => self.metrics.checkpoint_write(true),
+            Ok(Durable::Covered) => {}
+            Err(_) => {
+                self.metrics.checkpoint_write(false);
+                self.state_behind.notify_one();
+            }
+        }
+        result.map(|_| ())
+    }
+
+    /// Has the state writer put the current state on disk soon, without waiting for it: for
+    /// what the runtime already did (commits and releases), which recovery reads back from the
+    /// runtime if numa-shim stops before the write.
+    pub fn persist_soon(&self) {
+        self.store.want(self.store.next_seq());
+        self.state_behind.notify_one();
+    }
+
+    /// Writes what [`Placer::persist_soon`] left pending or a failed write left behind, if
+    /// anything (at shutdown).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        if self.store.behind() || self.store.problem().is_some() {
+            return self.persist().await;
+        }
+        Ok(())
+    }
+
+    /// `Ok` when the newest state is on disk; otherwise tries to write it now (a placement
+    /// must not be decided on top of a state that cannot be recorded).
+    pub async fn durable(&self) -> Result<(), StoreError> {
+        if self.store.problem().is_none() {
+            return Ok(());
+        }
+        self.persist().await
+    }
+
+    /// Why the newest state is not on disk (for `/readyz`), or `None` when it is.
+    pub fn state_problem(&self) -> Option<String> {
+        self.store
+            .problem()
+            .map(|reason| format!("placement state cannot be written: {reason}"))
+    }
+
+    /// The state writer: writes what [`Placer::persist_soon`] left pending `lag` after it was
+    /// asked (everything pending in one write, and nothing if a decision's write covered it
+    /// meanwhile: so that decisions rarely wait behind it), and rewrites the checkpoint every
+    /// `period` while writes fail, until one succeeds, so that readiness comes back by itself
+    /// when the disk does. Runs until dropped.
+    pub async fn keep_state(&self, period: std::time::Duration, lag: std::time::Duration) {
+        loop {
+            if self.store.problem().is_some() {
+                tokio::time::sleep(period).await;
+                if self.persist().await.is_ok() {
+                    info!("placement state on disk again");
+                }
+            } else if self.store.behind() {
+                tokio::time::sleep(lag).await;
+                if self.store.behind() {
+                    // A failure is counted and marks the store failing: the branch above
+                    // retries.
+                    let _ = self.persist().await;
+                }
+            } else {
+                self.state_behind.notified().await;
+            }
+        }
+    }
+
+    /// Wakes the pool updater: holdings changed. Takes the registry lock: never call it while
+    /// holding the guard.
+    pub fn pool_changed(&self) {
+        self.publish_pools();
+        self.pool_changed.notify_one();
+    }
+
+    /// Sets the per-NUMA pool gauges from the registry.
+    pub fn publish_pools(&self) {
+        // Published before the guard drops, so that concurrent calls publish in the order they
+        // counted and the newest counts stay.
+        let registry = self.registry();
+        let pools = gauges::pool_counts(&registry);
+        gauges::publish_pool_counts(&pools, &self.metrics);
+        gauges::publish_pods_by_source(&registry, &self.metrics);
+        drop(registry);
+    }
+
+    /// Counts an admission: its exclusive allocations, or one allocation error.
+    pub(super) fn count_admission(
+        &self,
+        spec: &PodSpec,
+        allocations: Option<Vec<(ResourceName, telemetry::Source)>>,
+    ) {
+        match allocations {
+            Some(allocations) => {
+                for (resource, source) in allocations {
+                    self.metrics.allocation(resource, source, true);
+                }
+            }
+            None => {
+                let source = if spec.resources.is_some() {
+                    telemetry::Source::Pod
+                } else {
+                    telemetry::Source::Node
+                };
+                self.metrics.allocation(ResourceName::Cpu, source, false);
+            }
+        }
+    }
+
+    /// Waits until holdings change.
+    pub async fn wait_pool_changed(&self) {
+        self.pool_changed.notified().await;
+    }
+}
+
+/// The locked registry; any mutable use bumps the placer's epoch.
+#[derive(Debug)]
+pub struct RegistryGuard<'a> {
+    guard: MutexGuard<'a, Registry>,
+    epoch: &'a AtomicU64,
+}
+
+impl Deref for RegistryGuard<'_> {
+    type Target = Registry;
+
+    fn deref(&self) -> &Registry {
+        &self.guard
+    }
+}
+
+impl DerefMut for RegistryGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Registry {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        &mut self.guard
+    }
+}
