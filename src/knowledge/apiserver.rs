@@ -1,16 +1,18 @@
 //! The API server source: lists the pods bound to this node (`fieldSelector=spec.nodeName=`),
 //! then watches from the list's resourceVersion (newline-delimited JSON watch events, bookmarks
 //! on), feeding every pod into the `PodCache` and removing deleted ones. Re-lists when the
-//! resourceVersion expires (410 Gone), reconnects with back-off otherwise. Connection settings
-//! come from a kubeconfig or the in-cluster service account (`connection`). Never writes to the
-//! API server; never decides placement.
+//! resourceVersion expires (410 Gone), reconnects with back-off otherwise, and counts what it
+//! did (`WatchStats`). Connection settings come from a kubeconfig or the in-cluster service
+//! account (`connection`); `http` sends the requests, also those of the refusal reports
+//! (`crate::report`). The watcher never writes to the API server and never decides placement.
 
 mod connection;
-mod http;
+pub(crate) mod http;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
@@ -20,12 +22,12 @@ use tracing::{debug, info, warn};
 
 pub use connection::{Connection, SERVICE_ACCOUNT_DIR};
 
-use super::PodCache;
+use super::{Link, PodCache};
 use crate::k8s::pod::Pod;
 use crate::placement::PodSpec;
 
 /// How long the server keeps one watch open before the watcher re-watches.
-const WATCH_TIMEOUT_SECS: u32 = 300;
+pub const WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
@@ -68,8 +70,9 @@ pub enum ApiServerError {
         #[source]
         source: hyper::Error,
     },
-    #[error("GET {url}: status {status}: {body}")]
+    #[error("{method} {url}: status {status}: {body}")]
     Status {
+        method: String,
         url: String,
         status: u16,
         body: String,
@@ -145,15 +148,103 @@ pub fn hostname() -> Result<String, ApiServerError> {
     Ok(name)
 }
 
+/// What the watcher has done so far: counters for metrics and tests, and the resourceVersion
+/// it would watch from next. Updated by the watcher only.
+#[derive(Debug, Default)]
+pub struct WatchStats {
+    /// Completed lists (the first one and every re-list).
+    pub lists: AtomicU64,
+    /// Watch requests the server accepted.
+    pub watches: AtomicU64,
+    /// ADDED, MODIFIED and DELETED events applied.
+    pub events: AtomicU64,
+    /// BOOKMARK events.
+    pub bookmarks: AtomicU64,
+    /// Times the resourceVersion had expired (410), each followed by a re-list.
+    pub expired: AtomicU64,
+    /// Failed requests (connection, TLS, HTTP status other than 410, bad JSON).
+    pub errors: AtomicU64,
+    resource_version: Mutex<Option<String>>,
+}
+
+impl WatchStats {
+    /// The resourceVersion the next watch starts from (`None` before the first list and after
+    /// an expiry).
+    pub fn resource_version(&self) -> Option<String> {
+        self.resource_version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The counters by the names `numa_shim_apiserver_watch_total` labels them with.
+    pub fn rows(&self) -> [(&'static str, u64); 6] {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("list", n(&self.lists)),
+            ("watch", n(&self.watches)),
+            ("event", n(&self.events)),
+            ("bookmark", n(&self.bookmarks)),
+            ("expired", n(&self.expired)),
+            ("error", n(&self.errors)),
+        ]
+    }
+
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn set_resource_version(&self, rv: Option<&str>) {
+        *self
+            .resource_version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = rv.map(str::to_string);
+    }
+}
+
+/// How the watcher runs: the server-side timeout of each watch and where it counts.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    /// `timeoutSeconds` of each watch request (whole seconds, at least 1).
+    pub timeout: Duration,
+    pub stats: Arc<WatchStats>,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            timeout: WATCH_TIMEOUT,
+            stats: Arc::default(),
+        }
+    }
+}
+
 /// Lists and watches this node's pods forever (until the task is dropped), filling `cache`.
 pub async fn watch(conn: Connection, node_name: String, cache: Arc<PodCache>) {
-    let mut watcher = Watcher::new(conn, &node_name, cache);
+    watch_with(conn, node_name, cache, WatchSettings::default()).await;
+}
+
+/// [`watch`] with explicit settings.
+pub async fn watch_with(
+    conn: Connection,
+    node_name: String,
+    cache: Arc<PodCache>,
+    settings: WatchSettings,
+) {
+    let mut watcher = Watcher::new(conn, &node_name, cache, settings);
     let mut backoff = BACKOFF_MIN;
     loop {
         let result = match watcher.resource_version.clone() {
             None => watcher.list().await.map(|()| true),
             Some(rv) => watcher.watch_from(&rv).await,
         };
+        let link = if result.is_ok() {
+            Link::Live
+        } else {
+            Link::Connecting
+        };
+        watcher.cache.set_link(link);
+        let stats = &watcher.settings.stats;
         match result {
             Ok(true) => backoff = BACKOFF_MIN,
             Ok(false) => {
@@ -161,13 +252,16 @@ pub async fn watch(conn: Connection, node_name: String, cache: Arc<PodCache>) {
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
             Err(ApiServerError::Gone { .. }) => {
+                WatchStats::count(&stats.expired);
                 info!(
                     server = watcher.conn.server(),
                     "resource version expired; re-listing"
                 );
                 watcher.resource_version = None;
+                stats.set_resource_version(None);
             }
             Err(err) => {
+                WatchStats::count(&stats.errors);
                 warn!(error = %err, "api server unavailable");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -181,6 +275,7 @@ struct Watcher {
     conn: Connection,
     selector: String,
     cache: Arc<PodCache>,
+    settings: WatchSettings,
     resource_version: Option<String>,
     known: HashSet<String>,
 }
@@ -229,7 +324,12 @@ struct Status {
 }
 
 impl Watcher {
-    fn new(conn: Connection, node_name: &str, cache: Arc<PodCache>) -> Self {
+    fn new(
+        conn: Connection,
+        node_name: &str,
+        cache: Arc<PodCache>,
+        settings: WatchSettings,
+    ) -> Self {
         Self {
             conn,
             selector: format!(
@@ -237,6 +337,7 @@ impl Watcher {
                 encode(&format!("spec.nodeName={node_name}"))
             ),
             cache,
+            settings,
             resource_version: None,
             known: HashSet::new(),
         }
@@ -269,6 +370,9 @@ impl Watcher {
         }
         self.known = seen;
         self.resource_version = Some(list.metadata.resource_version.unwrap_or_default());
+        let stats = &self.settings.stats;
+        stats.set_resource_version(self.resource_version.as_deref());
+        WatchStats::count(&stats.lists);
         info!(
             pods = self.known.len(),
             server = self.conn.server(),
@@ -280,12 +384,14 @@ impl Watcher {
     /// Watches from `rv` until the stream ends; `Ok(true)` when it delivered any event.
     async fn watch_from(&mut self, rv: &str) -> Result<bool, ApiServerError> {
         let path = format!(
-            "/api/v1/pods?{}&watch=true&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds={WATCH_TIMEOUT_SECS}",
+            "/api/v1/pods?{}&watch=true&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds={}",
             self.selector,
-            encode(rv)
+            encode(rv),
+            self.settings.timeout.as_secs().max(1)
         );
         let url = format!("{}{path}", self.conn.server());
         let mut body = http::get(&self.conn, &path).await?.into_body();
+        WatchStats::count(&self.settings.stats.watches);
         let mut buffer: Vec<u8> = Vec::new();
         let mut events = 0usize;
         while let Some(frame) = body.frame().await {
@@ -331,21 +437,27 @@ impl Watcher {
         }
         let head: Head = serde_json::from_str(event.object.get()).unwrap_or_default();
         if let Some(rv) = head.metadata.resource_version.filter(|rv| !rv.is_empty()) {
+            self.settings.stats.set_resource_version(Some(&rv));
             self.resource_version = Some(rv);
         }
         match event.kind.as_str() {
             "ADDED" | "MODIFIED" => {
+                WatchStats::count(&self.settings.stats.events);
                 if let Some(uid) = self.apply(&event.object) {
                     self.known.insert(uid);
                 }
             }
             "DELETED" => {
+                WatchStats::count(&self.settings.stats.events);
                 if let Some(uid) = head.metadata.uid {
                     self.cache.remove(&uid);
                     self.known.remove(&uid);
                 }
             }
-            "BOOKMARK" => debug!(rv = ?self.resource_version, "api server bookmark"),
+            "BOOKMARK" => {
+                WatchStats::count(&self.settings.stats.bookmarks);
+                debug!(rv = ?self.resource_version, "api server bookmark");
+            }
             other => debug!(kind = other, "unknown watch event ignored"),
         }
         Ok(())

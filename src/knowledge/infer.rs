@@ -3,6 +3,16 @@
 
 use crate::placement::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
 
+/// The largest `cpu_shares` the kernel takes (`MAX_SHARES`, 2^18) and the kubelet sends.
+pub const MAX_SHARES: i64 = 1 << 18;
+/// The longest CFS period the kernel takes: 1 s, in microseconds.
+pub const MAX_PERIOD: i64 = 1_000_000;
+/// The largest CFS quota the kernel takes (`max_cfs_runtime`, 2^44 − 1 µs).
+pub const MAX_QUOTA: i64 = (1 << 44) - 1;
+/// The largest memory limit inference reads: 2^52 bytes (4 PiB, the x86-64 and arm64
+/// physical address limit), so that sums over any pod's containers cannot overflow.
+pub const MAX_MEMORY: i64 = 1 << 52;
+
 /// The CFS/memory part of CRI `LinuxContainerResources` that inference reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CriResources {
@@ -12,26 +22,90 @@ pub struct CriResources {
     pub memory_limit_in_bytes: i64,
 }
 
+/// CRI values inference refuses to read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InferError {
+    /// A value no kubelet sends and no kernel accepts.
+    #[error("{at}.{field}: {value} is out of range: at most {max} ({why})")]
+    OutOfRange {
+        /// Where the resources are in the request, e.g. `config.linux.resources`.
+        at: &'static str,
+        field: &'static str,
+        value: i64,
+        max: i64,
+        why: &'static str,
+    },
+}
+
+impl CriResources {
+    /// Refuses values beyond what the kernel accepts (inference would overflow on them);
+    /// `at` names where the resources sit in the request.
+    pub fn check(&self, at: &'static str) -> Result<(), InferError> {
+        let limits: [(&'static str, i64, i64, &'static str); 4] = [
+            (
+                "cpu_shares",
+                self.cpu_shares,
+                MAX_SHARES,
+                "the kernel's MAX_SHARES",
+            ),
+            (
+                "cpu_period",
+                self.cpu_period,
+                MAX_PERIOD,
+                "1s, the kernel's longest CFS period",
+            ),
+            (
+                "cpu_quota",
+                self.cpu_quota,
+                MAX_QUOTA,
+                "the kernel's max_cfs_runtime in microseconds",
+            ),
+            (
+                "memory_limit_in_bytes",
+                self.memory_limit_in_bytes,
+                MAX_MEMORY,
+                "4 PiB, more than any machine can address",
+            ),
+        ];
+        for (field, value, max, why) in limits {
+            if value > max {
+                return Err(InferError::OutOfRange {
+                    at,
+                    field,
+                    value,
+                    max,
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Milli-CPU request behind `cpu_shares` (inverse of kubelet's `MilliCPUToShares`): the smallest
 /// milli value that maps to these shares. `None` for the "no request" value 2 (and below).
 pub fn request_milli_from_shares(shares: i64) -> Option<u64> {
     if shares <= 2 {
         return None;
     }
-    let shares = shares as u64;
+    let shares = shares.min(MAX_SHARES) as u64;
     Some((shares * 1000).div_ceil(1024))
 }
 
 /// Milli-CPU limit behind `cpu_quota`/`cpu_period` (inverse of `MilliCPUToQuota`).
 /// `None` when there is no quota (0 or -1) or no period.
 pub fn limit_milli_from_quota(quota: i64, period: i64) -> Option<u64> {
-    (quota > 0 && period > 0).then(|| (quota as u64 * 1000) / period as u64)
+    (quota > 0 && period > 0).then(|| {
+        // Checked values (see `CriResources::check`) never saturate.
+        (quota.min(MAX_QUOTA) as u64).saturating_mul(1000) / period as u64
+    })
 }
 
 /// Requests and limits as far as CRI reveals them. CRI carries no memory request: the memory
 /// limit stands in for it (rule M1 in docs/pod-knowledge.md).
 pub fn resources(cri: &CriResources) -> Resources {
-    let memory = (cri.memory_limit_in_bytes > 0).then_some(cri.memory_limit_in_bytes as u64);
+    let memory =
+        (cri.memory_limit_in_bytes > 0).then_some(cri.memory_limit_in_bytes.min(MAX_MEMORY) as u64);
     Resources {
         requests: ResourceList {
             cpu_milli: request_milli_from_shares(cri.cpu_shares),
@@ -127,6 +201,34 @@ mod tests {
         assert_eq!(main.resources.requests.cpu_milli, Some(2000));
         assert_eq!(main.resources.limits.cpu_milli, Some(2000));
         assert_eq!(main.resources.requests.memory, Some(2 << 30));
+    }
+
+    #[test]
+    fn values_beyond_the_kernel_are_refused_naming_the_field() {
+        let ok = cri(262_144, 100_000_000, 1 << 40);
+        assert_eq!(ok.check("config.linux.resources"), Ok(()));
+        for (edit, field) in [
+            (
+                (|c: &mut CriResources| c.cpu_shares = 1 << 62) as fn(&mut CriResources),
+                "cpu_shares",
+            ),
+            (|c| c.cpu_quota = i64::MAX, "cpu_quota"),
+            (|c| c.cpu_period = 1 << 62, "cpu_period"),
+            (
+                |c| c.memory_limit_in_bytes = i64::MAX,
+                "memory_limit_in_bytes",
+            ),
+        ] {
+            let mut c = ok;
+            edit(&mut c);
+            let err = c.check("config.linux.resources").unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("config.linux.resources.{field}: ")),
+                "{err}"
+            );
+            // Unchecked values still never overflow.
+            let _ = resources(&c);
+        }
     }
 
     #[test]

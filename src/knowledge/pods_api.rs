@@ -1,6 +1,10 @@
 //! The kubelet Pods API source: keeps a `WatchPods` stream open on the kubelet's socket and feeds
-//! every pod it reports into the `PodCache`, reconnecting with back-off when the kubelet
-//! restarts. Pods arrive as core/v1 protobuf bytes; only the fields placement needs are read.
+//! every pod it reports into the `PodCache`. The socket may not exist yet when numa-shim starts
+//! (the kubelet makes it when it starts) or go away (the kubelet stops): the watcher looks for it
+//! every [`POLL`], connects as soon as it is there, and keeps the cache's link state (`Absent`,
+//! `Connecting`, `Live`) so RunPodSandbox waits for a pod only while the source can deliver it.
+//! Each link change is logged once. Pods arrive as core/v1 protobuf bytes; only the fields
+//! placement needs are read.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,7 +14,7 @@ use prost::Message;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::PodCache;
+use super::{Link, PodCache};
 use crate::k8s::pod::Pod;
 use crate::lifecycle::runtime::unix_channel;
 use crate::placement::PodSpec;
@@ -90,24 +94,56 @@ fn requirements(r: &core_v1::ResourceRequirements) -> Value {
     json!({"requests": list(&r.requests), "limits": list(&r.limits)})
 }
 
+/// How often the watcher looks for a socket that is not there.
+pub const POLL: Duration = Duration::from_millis(250);
+
 /// Watches the Pods API forever (until the task is dropped), filling `cache`.
 pub async fn watch(socket: PathBuf, cache: Arc<PodCache>) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = POLL;
+    let mut ever_live = false;
     loop {
-        match watch_once(&socket, &cache).await {
-            Ok(()) => debug!("pods api stream ended"),
+        if !socket.exists() {
+            if cache.set_link(Link::Absent) != Link::Absent {
+                if ever_live {
+                    warn!(socket = %socket.display(), "pods api socket gone (kubelet stopped?): pod specs are inferred from CRI until it is back");
+                } else {
+                    info!(socket = %socket.display(), "pods api socket absent: pod specs are inferred from CRI until it appears");
+                }
+            }
+            backoff = POLL;
+            tokio::time::sleep(POLL).await;
+            continue;
+        }
+        if cache.link() == Link::Absent {
+            cache.set_link(Link::Connecting);
+        }
+        let result = watch_once(&socket, &cache).await;
+        let was_live = cache.set_link(Link::Connecting) == Link::Live;
+        ever_live |= was_live;
+        match result {
+            Ok(()) => info!(socket = %socket.display(), "pods api stream ended; reconnecting"),
+            Err(status) if was_live => {
+                warn!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api lost; reconnecting (pods it delivered stay known)")
+            }
             Err(status) => {
-                warn!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api unavailable")
+                debug!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api not answering yet")
             }
         }
+        if was_live {
+            backoff = POLL;
+        }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
 async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status> {
     let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(16 << 20);
     let mut stream = client.watch_pods(WatchPodsRequest {}).await?.into_inner();
+    cache.begin_sync();
+    if cache.set_link(Link::Live) != Link::Live {
+        info!(socket = %socket.display(), "pods api connected: pod specs from the kubelet");
+    }
     while let Some(event) = stream.message().await? {
         match EventType::try_from(event.r#type).unwrap_or(EventType::Unspecified) {
             EventType::Added | EventType::Modified => match decode_pod(&event.pod) {
@@ -121,7 +157,10 @@ async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status
                     }
                 }
             }
-            EventType::InitialSyncComplete => info!(pods = cache.len(), "pods api synced"),
+            EventType::InitialSyncComplete => {
+                let gone = cache.end_sync();
+                info!(pods = cache.len(), gone, "pods api synced");
+            }
             EventType::Unspecified => {}
         }
     }

@@ -1,18 +1,19 @@
 //! How to reach the API server: a kubeconfig file (current-context → cluster and user) or the
-//! in-cluster service-account config, turned into a base URL, a rustls client configuration and
-//! credentials. Reads files only; never opens a connection.
+//! in-cluster service-account config, turned into a base URL, a TLS client configuration
+//! (`tls`, which follows rotated certificate files) and credentials. Reads files only; never
+//! opens a connection.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use base64::Engine as _;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 
 use super::ApiServerError;
 use kubeconfig::{Kubeconfig, User};
+use tls::{ClientTls, Part, Pem, Sources};
 
 mod kubeconfig;
+mod tls;
 
 /// Where a pod's service-account credentials are mounted.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -26,7 +27,7 @@ pub struct Connection {
     pub(super) port: u16,
     /// The path prefix of `server` (empty for most clusters).
     pub(super) prefix: String,
-    pub(super) tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    pub(super) tls: Option<ClientTls>,
     pub(super) auth: Auth,
 }
 
@@ -115,7 +116,7 @@ impl Connection {
             c.certificate_authority.as_deref(),
             c.certificate_authority_data.as_deref(),
         )
-        .map_err(|(f, r)| bad(format!("{cf}.certificate-authority{f}"), r))?;
+        .map_err(|r| bad(format!("{cf}.certificate-authority-data"), r))?;
         let user = match context.context.user.as_deref().filter(|u| !u.is_empty()) {
             None => User::default(),
             Some(name) => find(&file.users, name, |u| &u.name)
@@ -147,13 +148,13 @@ impl Connection {
             user.client_certificate.as_deref(),
             user.client_certificate_data.as_deref(),
         )
-        .map_err(|(f, r)| bad(format!("{uf}.client-certificate{f}"), r))?;
+        .map_err(|r| bad(format!("{uf}.client-certificate-data"), r))?;
         let key = pem_source(
             dir,
             user.client_key.as_deref(),
             user.client_key_data.as_deref(),
         )
-        .map_err(|(f, r)| bad(format!("{uf}.client-key{f}"), r))?;
+        .map_err(|r| bad(format!("{uf}.client-key-data"), r))?;
         let auth = match (user.token.filter(|t| !t.is_empty()), user.token_file) {
             (Some(token), _) => Auth::Token(token),
             (None, Some(file)) => Auth::TokenFile(dir.join(file)),
@@ -175,12 +176,8 @@ impl Connection {
                 ))
             }
         };
-        let tls = Tls {
-            ca,
-            client,
-            server_name: c.tls_server_name.clone(),
-        };
-        Self::build(&server, tls, auth).map_err(|(f, r)| {
+        let sources = Sources { ca, client };
+        Self::build(&server, sources, c.tls_server_name.clone(), auth).map_err(|(f, r)| {
             let key = |base: &str, data: &Option<String>| match data {
                 Some(d) if !d.is_empty() => format!("{base}-data"),
                 _ => base.to_string(),
@@ -224,18 +221,19 @@ impl Connection {
         let token = dir.join("token");
         read_text(&token)?;
         let ca_path = dir.join("ca.crt");
-        let ca = std::fs::read(&ca_path).map_err(|source| ApiServerError::Read {
+        std::fs::metadata(&ca_path).map_err(|source| ApiServerError::Read {
             path: ca_path.clone(),
             source,
         })?;
-        let tls = Tls {
-            ca: Some(ca),
+        // The CA bundle (kube-root-ca.crt, projected) is read again for each connection too.
+        let sources = Sources {
+            ca: Some(Pem::File(ca_path.clone())),
             client: None,
-            server_name: None,
         };
         Self::build(
             &format!("https://{host}:{port}"),
-            tls,
+            sources,
+            None,
             Auth::TokenFile(token),
         )
         .map_err(|(_, reason)| ApiServerError::InCluster {
@@ -243,7 +241,12 @@ impl Connection {
         })
     }
 
-    fn build(server: &str, tls: Tls, auth: Auth) -> Result<Self, (Part, String)> {
+    fn build(
+        server: &str,
+        sources: Sources,
+        server_name: Option<String>,
+        auth: Auth,
+    ) -> Result<Self, (Part, String)> {
         let uri: http::Uri = server
             .parse()
             .map_err(|e| (Part::Server, format!("{server:?}: {e}")))?;
@@ -265,10 +268,10 @@ impl Connection {
             .to_string();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let tls = if https {
-            let name = tls.server_name.clone().unwrap_or_else(|| host.clone());
+            let name = server_name.unwrap_or_else(|| host.clone());
             let name = ServerName::try_from(name.clone())
                 .map_err(|e| (Part::Server, format!("{name:?}: {e}")))?;
-            Some((Arc::new(client_config(tls)?), name))
+            Some(ClientTls::new(name, sources)?)
         } else {
             None
         };
@@ -283,83 +286,20 @@ impl Connection {
     }
 }
 
-/// Which input a build error concerns.
-enum Part {
-    Server,
-    Ca,
-    ClientCert,
-    ClientKey,
-}
-
-struct Tls {
-    ca: Option<Vec<u8>>,
-    client: Option<(Vec<u8>, Vec<u8>)>,
-    server_name: Option<String>,
-}
-
-fn client_config(tls: Tls) -> Result<rustls::ClientConfig, (Part, String)> {
-    let ca = tls.ca.ok_or((
-        Part::Ca,
-        "required for an https server (no system trust store is used)".to_string(),
-    ))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&ca) {
-        let cert = cert.map_err(|e| (Part::Ca, format!("invalid PEM: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| (Part::Ca, format!("invalid certificate: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err((Part::Ca, "holds no PEM certificate".into()));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| (Part::Server, e.to_string()))?
-        .with_root_certificates(roots);
-    let mut config = match tls.client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(&cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| (Part::ClientCert, format!("invalid PEM: {e}")))?;
-            if chain.is_empty() {
-                return Err((Part::ClientCert, "holds no PEM certificate".into()));
-            }
-            let key = PrivateKeyDer::from_pem_slice(&key)
-                .map_err(|e| (Part::ClientKey, format!("invalid PEM private key: {e}")))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| (Part::ClientKey, e.to_string()))?
-        }
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// The bytes of a `foo` / `foo-data` pair: the file (relative to the kubeconfig's directory) or
-/// the base64 data (which wins, as in client-go). Errors carry the key suffix and the reason.
-fn pem_source(
-    dir: &Path,
-    file: Option<&Path>,
-    data: Option<&str>,
-) -> Result<Option<Vec<u8>>, (&'static str, String)> {
+/// A `foo` / `foo-data` pair: the base64 data (which wins, as in client-go), or the file
+/// (relative to the kubeconfig's directory), read when the TLS configuration is built and again
+/// before each connection. The error is the reason the data is invalid.
+fn pem_source(dir: &Path, file: Option<&Path>, data: Option<&str>) -> Result<Option<Pem>, String> {
     if let Some(data) = data.filter(|d| !d.is_empty()) {
         let compact: String = data.split_whitespace().collect();
         return base64::engine::general_purpose::STANDARD
             .decode(compact)
-            .map(Some)
-            .map_err(|e| ("-data", format!("invalid base64: {e}")));
+            .map(|bytes| Some(Pem::Data(bytes)))
+            .map_err(|e| format!("invalid base64: {e}"));
     }
-    match file.filter(|f| !f.as_os_str().is_empty()) {
-        None => Ok(None),
-        Some(file) => {
-            let path = dir.join(file);
-            std::fs::read(&path)
-                .map(Some)
-                .map_err(|e| ("", format!("cannot read {}: {e}", path.display())))
-        }
-    }
+    Ok(file
+        .filter(|f| !f.as_os_str().is_empty())
+        .map(|file| Pem::File(dir.join(file))))
 }
 
 fn read_text(path: &Path) -> Result<String, ApiServerError> {

@@ -1,8 +1,9 @@
-//! One HTTP/1.1 GET to the API server over TCP, or TLS (rustls) for `https`, with the bearer
+//! One HTTP/1.1 request to the API server over TCP, or TLS (rustls) for `https`, with the bearer
 //! token; returns the response with its body still streaming. Knows nothing of pods.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http::Method;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::Response;
 use hyper_util::rt::TokioIo;
@@ -22,6 +23,22 @@ pub(super) async fn get(
     conn: &Connection,
     path_and_query: &str,
 ) -> Result<Response<Incoming>, ApiServerError> {
+    request(conn, Method::GET, path_and_query, None).await
+}
+
+/// A request body and its `Content-Type`.
+pub(crate) struct Body {
+    pub(crate) content_type: &'static str,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// Sends `method` to `path_and_query` with an optional body; errors as [`get`].
+pub(crate) async fn request(
+    conn: &Connection,
+    method: Method,
+    path_and_query: &str,
+    body: Option<Body>,
+) -> Result<Response<Incoming>, ApiServerError> {
     let url = format!("{}{path_and_query}", conn.server);
     let http_err = |source| ApiServerError::Http {
         url: url.clone(),
@@ -31,7 +48,9 @@ pub(super) async fn get(
         url: url.clone(),
         source,
     };
-    let mut request = hyper::Request::get(format!("{}{path_and_query}", conn.prefix))
+    let mut request = hyper::Request::builder()
+        .method(method.clone())
+        .uri(format!("{}{path_and_query}", conn.prefix))
         .header(http::header::HOST, host_header(conn))
         .header(http::header::ACCEPT, "application/json")
         .header(
@@ -41,8 +60,15 @@ pub(super) async fn get(
     if let Some(token) = conn.token()? {
         request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }
+    let bytes = match body {
+        Some(body) => {
+            request = request.header(http::header::CONTENT_TYPE, body.content_type);
+            Bytes::from(body.bytes)
+        }
+        None => Bytes::new(),
+    };
     let request = request
-        .body(Empty::<Bytes>::new())
+        .body(Full::new(bytes))
         .map_err(|e| ApiServerError::Url {
             url: url.clone(),
             reason: e.to_string(),
@@ -59,16 +85,17 @@ pub(super) async fn get(
         .map_err(|_| connect_err(std::io::ErrorKind::TimedOut.into()))??;
     let response = match &conn.tls {
         None => exchange(tcp, request).await.map_err(http_err)?,
-        Some((config, name)) => {
-            let connector = tokio_rustls::TlsConnector::from(config.clone());
-            let tls = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(name.clone(), tcp))
-                .await
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))
-                .and_then(|r| r)
-                .map_err(|source| ApiServerError::Tls {
-                    url: url.clone(),
-                    source,
-                })?;
+        Some(tls) => {
+            let connector = tokio_rustls::TlsConnector::from(tls.config());
+            let tls =
+                tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(tls.name.clone(), tcp))
+                    .await
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))
+                    .and_then(|r| r)
+                    .map_err(|source| ApiServerError::Tls {
+                        url: url.clone(),
+                        source,
+                    })?;
             exchange(tls, request).await.map_err(http_err)?
         }
     };
@@ -88,6 +115,7 @@ pub(super) async fn get(
     let mut text = String::from_utf8_lossy(&body).into_owned();
     text.truncate(text.floor_char_boundary_compat(512));
     Err(ApiServerError::Status {
+        method: method.to_string(),
         url,
         status: status.as_u16(),
         body: text,
@@ -96,7 +124,7 @@ pub(super) async fn get(
 
 async fn exchange<T>(
     io: T,
-    request: hyper::Request<Empty<Bytes>>,
+    request: hyper::Request<Full<Bytes>>,
 ) -> Result<Response<Incoming>, hyper::Error>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,

@@ -169,3 +169,95 @@ async fn watch_fills_the_cache_from_a_pods_api_server() {
     watcher.abort();
     server.abort();
 }
+
+/// A kubelet whose stream breaks when `stop` turns true (its process went away).
+struct StoppingKubelet {
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl Pods for StoppingKubelet {
+    async fn watch_pods(
+        &self,
+        _: Request<WatchPodsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let mut stop = self.stop.clone();
+        let events = vec![
+            Ok(WatchPodsEvent {
+                r#type: EventType::Added as i32,
+                pod: kubelet_pod("a"),
+            }),
+            Ok(WatchPodsEvent {
+                r#type: EventType::InitialSyncComplete as i32,
+                pod: vec![],
+            }),
+        ];
+        let broken = async_stream_end(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::iter(events).chain(broken),
+        )))
+    }
+}
+
+/// A stream that yields one UNAVAILABLE once `until` completes.
+fn async_stream_end(
+    until: impl std::future::Future<Output = ()> + Send + 'static,
+) -> impl Stream<Item = Result<WatchPodsEvent, Status>> + Send {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        until.await;
+        let _ = tx.send(Err(Status::unavailable("kubelet stopped"))).await;
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// The kubelet makes its socket when it starts, usually after numa-shim: the watcher must pick
+/// it up when it appears, and when the kubelet goes away keep the pods it delivered and say the
+/// source is not live (so RunPodSandbox does not wait for it).
+#[tokio::test]
+async fn a_socket_that_appears_later_is_picked_up_and_losing_it_is_graceful() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("pods-api.sock");
+    let cache = Arc::new(PodCache::new(Some(socket.clone())));
+    let watcher = tokio::spawn(watch(socket.clone(), cache.clone()));
+    tokio::time::sleep(POLL * 3).await;
+    assert_eq!(cache.link(), Link::Absent, "no socket yet");
+
+    let serve = |socket: &std::path::Path| {
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let incoming = UnixListenerStream::new(UnixListener::bind(socket).unwrap());
+        let task = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(PodsServer::new(StoppingKubelet { stop: rx }))
+                .serve_with_incoming(incoming),
+        );
+        (stop, task)
+    };
+    let (stop, server) = serve(&socket);
+    let a = cache.wait_for("a", Duration::from_secs(5)).await;
+    assert!(a.is_some(), "pods from a socket that appeared after start");
+    assert_eq!(cache.link(), Link::Live);
+
+    // The kubelet stops: its stream breaks and its socket goes.
+    std::fs::remove_file(&socket).unwrap();
+    stop.send(true).unwrap();
+    server.abort();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cache.link() != Link::Absent && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cache.link(), Link::Absent);
+    assert!(cache.get("a").is_some(), "what it delivered stays known");
+
+    // Back again.
+    let (_stop, server) = serve(&socket);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while cache.link() != Link::Live && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cache.link(), Link::Live);
+    watcher.abort();
+    server.abort();
+}

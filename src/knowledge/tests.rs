@@ -1,0 +1,87 @@
+use std::time::Instant;
+
+use super::*;
+
+fn spec(uid: &str) -> PodSpec {
+    PodSpec {
+        uid: uid.into(),
+        namespace: "default".into(),
+        name: uid.into(),
+        resources: None,
+        init_containers: vec![],
+        containers: vec![],
+    }
+}
+
+fn watched(origin: SpecOrigin, cache: &Arc<PodCache>) -> Watched {
+    Watched {
+        origin,
+        cache: cache.clone(),
+    }
+}
+
+#[tokio::test]
+async fn the_first_source_that_knows_the_pod_answers_and_is_named() {
+    let pods_api = Arc::new(PodCache::default());
+    let api = Arc::new(PodCache::default());
+    api.insert(spec("a"));
+    pods_api.insert(spec("b"));
+    let knowledge = Knowledge::Watched(vec![
+        watched(SpecOrigin::PodsApi, &pods_api),
+        watched(SpecOrigin::ApiServer, &api),
+    ]);
+    assert_eq!(knowledge.pod("a").await.unwrap().1, SpecOrigin::ApiServer);
+    assert_eq!(knowledge.pod("b").await.unwrap().1, SpecOrigin::PodsApi);
+}
+
+#[tokio::test]
+async fn an_absent_pods_api_is_not_waited_for_and_one_that_appears_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("pods-api.sock");
+    let cache = Arc::new(PodCache::new(Some(socket.clone())));
+    cache.set_link(Link::Absent);
+    let knowledge = Knowledge::Watched(vec![watched(SpecOrigin::PodsApi, &cache)]);
+    let start = Instant::now();
+    assert!(knowledge.pod("x").await.is_none());
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "no wait while absent"
+    );
+
+    // The kubelet made its socket; the watcher has not looked yet: a pod on its way is waited for.
+    std::fs::write(&socket, "").unwrap();
+    assert_eq!(cache.link(), Link::Connecting);
+    let late = cache.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        late.insert(spec("x"));
+    });
+    let (got, origin) = knowledge.pod("x").await.unwrap();
+    assert_eq!((got.uid.as_str(), origin), ("x", SpecOrigin::PodsApi));
+}
+
+#[test]
+fn a_full_resync_drops_pods_the_stream_no_longer_has() {
+    let cache = PodCache::default();
+    cache.begin_sync();
+    cache.insert(spec("old"));
+    cache.insert(spec("kept"));
+    assert_eq!(cache.end_sync(), 0);
+    // Reconnected: the kubelet lists what it has now; `old` was deleted meanwhile.
+    cache.begin_sync();
+    cache.insert(spec("kept"));
+    assert_eq!(cache.end_sync(), 1);
+    assert!(cache.get("old").is_none());
+    assert!(cache.get("kept").is_some());
+}
+
+#[test]
+fn origins_have_the_names_logs_metrics_and_inspect_use() {
+    assert_eq!(SpecOrigin::PodsApi.as_str(), "pods-api");
+    assert_eq!(SpecOrigin::ApiServer.as_str(), "apiserver");
+    assert_eq!(SpecOrigin::Cri.as_str(), "cri");
+    assert_eq!(
+        serde_json::to_string(&SpecOrigin::ApiServer).unwrap(),
+        "\"apiserver\""
+    );
+}
