@@ -1,39 +1,43 @@
 # shellcheck shell=bash
-# A private containerd (own config, root, state, sockets, CNI config) and numa-shim instances in
-# front of it, with a teardown that leaves the machine as it found it. Source after common.sh and
-# image.sh; call `it_up` and `trap it_teardown EXIT`.
-#
-# Only processes recorded here (and the shims and container processes of this containerd) are ever
-# signalled, each by PID after checking its command line names IT_RUN.
+# A private containerd (own config, root, state, sockets, CNI config): Debian's 1.6, or the
+# build of IT_CONTAINERD_VERSION (1.7 or 2.x). Source after common.sh and image.sh (or through
+# runtime.sh); call `it_up` and `trap it_teardown EXIT`. numa-shim instances, signalling and
+# teardown are lib/harness.sh's.
+
+# shellcheck source=integration/lib/harness.sh
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
 
 IT_SOCK=$IT_RUN/containerd.sock
-# The containerd binary: the build install-deps.sh made of IT_CONTAINERD_VERSION, or Debian's
-# (1.6, no GetContainerEvents) when that is empty. The runc shim, ctr and runc are Debian's.
+IT_RUNTIME_NAME=containerd
+# shellcheck disable=SC2034 # used by harness.sh
+IT_RUNTIME_CGROUPS=(k8s.io)
+# The containerd binary and its runc shim: the builds install-deps.sh made of
+# IT_CONTAINERD_VERSION (build-containerd.sh, cached in IT_CACHE), or Debian's 1.6 (no
+# GetContainerEvents) when that is empty. runc and ctr are Debian's.
 if [[ -n ${IT_CONTAINERD_VERSION:-} ]]; then
-    IT_CONTAINERD_BIN=${IT_CONTAINERD_BIN:-$IT_BIN/containerd-$IT_CONTAINERD_VERSION}
+    IT_CONTAINERD_BIN=${IT_CONTAINERD_BIN:-$IT_CACHE/bin/containerd-$IT_CONTAINERD_VERSION}
+    IT_CONTAINERD_SHIM=${IT_CONTAINERD_SHIM:-$IT_CACHE/bin/containerd-shim-runc-v2-$IT_CONTAINERD_VERSION}
 fi
 IT_CONTAINERD_BIN=${IT_CONTAINERD_BIN:-containerd}
-IT_LOGS=$IT_WORK/logs/$IT_CG
-export IT_SOCK IT_LOGS
+export IT_SOCK IT_RUNTIME_NAME
 
 # _it_write_config: the containerd config.toml, CNI config and directories under IT_RUN.
 _it_write_config() {
-    mkdir -p "$IT_RUN"/{root,state,cni,pids,opt} "$IT_LOGS"
-    # Pods get a network namespace with loopback only: the `static` IPAM plugin run as the main plugin
-    # reports 127.0.0.2 for eth0 without creating any link, and containerd adds `lo` itself.
-    cat >"$IT_RUN/cni/10-loopback-only.conflist" <<'EOF'
-{
-  "cniVersion": "1.0.0",
-  "name": "numa-shim-it-loopback",
-  "plugins": [
-    {"type": "static", "ipam": {"type": "static", "addresses": [{"address": "127.0.0.2/8"}]}}
-  ]
-}
-EOF
+    mkdir -p "$IT_RUN"/{root,state,pids,opt} "$IT_LOGS"
+    _it_write_cni "$IT_RUN/cni"
+    local runtime_path=
+    [[ -n ${IT_CONTAINERD_SHIM:-} ]] && runtime_path="runtime_path = \"$IT_CONTAINERD_SHIM\""
+    # `version` first: a key after a [table] header would belong to that table. 2.x reads
+    # version 3 (2.4 migrates it to its version 4 and says so in its log; version 4 no longer
+    # reads the [grpc] and [ttrpc] tables, so the daemon would listen on the system socket), and
+    # imports /etc/containerd/conf.d/*.toml unless told otherwise.
+    local version=2
+    [[ ${IT_CONTAINERD_VERSION:-} == v2.* ]] && version=3
     cat >"$IT_RUN/config.toml" <<EOF
-version = 2
+version = $version
 root = "$IT_RUN/root"
 state = "$IT_RUN/state"
+imports = []
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
@@ -47,7 +51,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   level = "info"
 [metrics]
   address = ""
+EOF
+    if ((version == 2)); then
+        _it_config_v2 "$runtime_path" >>"$IT_RUN/config.toml"
+    else
+        _it_config_v3 "$runtime_path" >>"$IT_RUN/config.toml"
+    fi
+}
 
+# _it_config_v2 RUNTIME_PATH_LINE: the CRI plugin settings of containerd 1.6 / 1.7 (version 2).
+# runc keeps its state under IT_RUN (Root), not in /run/containerd/runc; containerd 1.x still puts
+# its shims' sockets in /run/containerd/s (not configurable there).
+_it_config_v2() {
+    cat <<EOF
 [plugins."io.containerd.internal.v1.opt"]
   path = "$IT_RUN/opt"
 [plugins."io.containerd.grpc.v1.cri"]
@@ -62,12 +78,50 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      $1
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$IT_RUN/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$IT_RUN/cni"
     max_conf_num = 1
+EOF
+}
+
+# _it_config_v3 RUNTIME_PATH_LINE: the same for containerd 2.x, whose CRI plugin is split into
+# runtime, images and server plugins (version 3). NRI, on by default there, would listen on
+# /var/run/nri/nri.sock: it is turned off.
+_it_config_v3() {
+    cat <<EOF
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$IT_RUN/opt"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$IT_PAUSE_IMAGE"
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = []
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      $1
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$IT_RUN/runc"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$IT_RUN/cni"
+    max_conf_num = 1
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 EOF
 }
 
@@ -81,89 +135,20 @@ it_up() {
     fi
     _it_write_config
     "$IT_CONTAINERD_BIN" --config "$IT_RUN/config.toml" >"$IT_LOGS/containerd.log" 2>&1 &
+    ln -sf "$IT_LOGS/containerd.log" "$IT_RUN/runtime.log"
     echo $! >"$IT_RUN/pids/containerd"
     it_log "containerd pid $! on $IT_SOCK (log $IT_LOGS/containerd.log)"
     it_wait_socket "$IT_SOCK" 30 || it_die "containerd did not answer on $IT_SOCK"
     it_import_images "$IT_SOCK"
-    local i
-    for ((i = 0; i < 50; i++)); do
-        it_crictl "$IT_SOCK" info 2>/dev/null | tr -d ' \n' |
-            grep -Eq '\{[^}]*"status":true[^}]*"type":"NetworkReady"' && break
-        sleep 0.2
-    done
+    _it_wait_network || it_log "WARNING: containerd does not report NetworkReady"
     export NUMA_SHIM_IT_CONTAINERD=$IT_SOCK
 }
 
-# it_shim_start NAME [ARGS...]: starts `numa-shim serve` in front of the private containerd on
-# IT_RUN/NAME.sock and prints that path.
-it_shim_start() {
-    local name=$1 bin sock
-    shift
-    bin=$(it_numa_shim_bin)
-    sock=$IT_RUN/$name.sock
-    [[ -x $bin ]] || it_die "no numa-shim binary at $bin (cargo build)"
-    rm -f "$sock"
-    "$bin" serve --listen "unix://$sock" --runtime "unix://$IT_SOCK" "$@" \
-        >"$IT_LOGS/$name.log" 2>&1 &
-    echo $! >"$IT_RUN/pids/$name"
-    it_log "numa-shim pid $! on $sock (log $IT_LOGS/$name.log)"
-    it_wait_socket "$sock" 30 || it_die "numa-shim did not answer on $sock"
-    printf '%s\n' "$sock"
-}
-
-# _it_kill PID: TERM then KILL a process, only if its command line mentions IT_RUN.
-_it_kill() {
-    local pid=$1 i
-    [[ -r /proc/$pid/cmdline ]] || return 0
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$IT_RUN" || return 0
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 50; i++)); do
-        [[ -e /proc/$pid ]] || return 0
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-}
-
-# _it_cgroup_dirs: every cgroup folder under the harness's cgroup parents, deepest first.
-_it_cgroup_dirs() {
-    local h p
-    for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/unified/; do
-        for p in "${IT_CGROUP_PARENTS[@]}"; do
-            [[ -d $h$p ]] && find "$h$p" -depth -type d
-        done
-    done
-}
-
-# it_teardown: removes every pod, stops numa-shim and containerd, unmounts, removes cgroups and
-# IT_RUN. Safe to call more than once and after a partial start.
-it_teardown() {
-    local rc=$? f pid m d
-    set +e
-    [[ -d $IT_RUN ]] || return "$rc"
-    if [[ -S $IT_SOCK && -x $IT_BIN/crictl ]]; then
-        it_crictl "$IT_SOCK" rmp -a -f >/dev/null 2>&1
-    fi
-    for f in "$IT_RUN"/pids/*; do
-        [[ -f $f && ${f##*/} != containerd ]] || continue
-        _it_kill "$(cat "$f")"
-    done
-    [[ -f $IT_RUN/pids/containerd ]] && _it_kill "$(cat "$IT_RUN/pids/containerd")"
-    # Shims this containerd started (they carry its socket address) and their containers.
-    for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $IT_SOCK( |\$)"); do
+# _it_runtime_leftovers: the shims this containerd started (they carry its socket address) and
+# their containers.
+_it_runtime_leftovers() {
+    local pid
+    for pid in $(pgrep -f "containerd-shim-runc-v2[^ ]* .*-address $IT_SOCK( |\$)"); do
         _it_kill "$pid"
     done
-    while read -r d; do
-        [[ -r $d/cgroup.procs ]] || continue
-        while read -r pid; do kill -KILL "$pid" 2>/dev/null; done <"$d/cgroup.procs"
-    done < <(_it_cgroup_dirs)
-    sleep 0.2
-    while read -r m; do
-        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
-    done < <(findmnt -rn -o TARGET | grep -F "$IT_RUN/" | sort -r)
-    while read -r d; do rmdir "$d" 2>/dev/null; done < <(_it_cgroup_dirs)
-    if [[ -n $(_it_cgroup_dirs) ]]; then
-        it_log "WARNING: cgroup folders left: $(_it_cgroup_dirs | tr '\n' ' ')"
-    fi
-    rm -rf "$IT_RUN"
-    return "$rc"
 }

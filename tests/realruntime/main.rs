@@ -1,11 +1,18 @@
-//! Pods placed through numa-shim on the real containerd + runc of this machine, checked against
-//! what the kernel applied: cpuset.cpus, cpuset.mems and the CFS quota from the cgroup
-//! filesystem, Cpus_allowed_list from /proc. Run by integration/test-all.sh
-//! (`cargo test --test realruntime -- --ignored`), which starts the private containerd.
+//! Pods placed through numa-shim on the real runtime of this machine (containerd + runc, or
+//! CRI-O + conmon + runc), checked against what the kernel applied: cpuset.cpus, cpuset.mems and
+//! the CFS quota from the cgroup filesystem, Cpus_allowed_list from /proc. Run by
+//! integration/test-all.sh and integration/runtime-suite.sh
+//! (`cargo test --test realruntime -- --ignored`), which start the private runtime.
 //!
 //! The machine has two CPUs and one NUMA node, so pods are sized for it: every test runs with
 //! an empty CPU reservation (numa-shim accepts it with a warning).
 
+mod errors;
+#[path = "../support/pods_api.rs"]
+mod pods_api;
+mod restart;
+mod runtimes;
+mod state;
 mod support;
 
 use numa_shim::cpuset::CpuSet;
@@ -151,7 +158,7 @@ async fn pod_resources_and_metrics_match_what_the_kernel_applied() {
     let env = Env::get();
     let podres = env.run.join("shim-podres-api.sock");
     let podres_arg = podres.display().to_string();
-    let metrics = "127.0.0.1:19471";
+    let metrics = free_metrics_address();
     let extra = [
         "--pod-resources-socket",
         podres_arg.as_str(),
@@ -333,6 +340,92 @@ async fn container_scope_with_pod_level_resources() {
         "the helper runs in the node shared pool"
     );
     assert_eq!(h.cfs_quota, 200_000);
+}
+
+/// The tutorial's container-scope pod (scaled to two CPUs) with the Static memory policy, as the
+/// tutorial runs it: the sidecar gets an exclusive CPU and its memory pinned; the workers have no
+/// memory request, which kubelet v1.37.2's Memory Manager skips (numa-shim refused the pod
+/// before), and run in the node shared pool under the pod limit. Pod spec from the Pods API.
+#[tokio::test]
+#[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
+async fn tutorial_container_scope_pod_runs_with_the_static_memory_policy() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let settings = POD_SCOPE
+        .replace(
+            "topologyManagerScope: pod",
+            "topologyManagerScope: container",
+        )
+        .replace(
+            "topologyManagerPolicy: best-effort",
+            "topologyManagerPolicy: single-numa-node",
+        );
+    assert!(settings.contains("memoryManagerPolicy: Static"));
+    let (shim, api) = Shim::with_pods_api(&env, "tutcs", &settings).await;
+    let cri = shim.cri().await;
+    let mut cleanup = Cleanup::new(&env);
+
+    let pod = PodDef::new(
+        "container-scope-mixed",
+        resources(Some(2000), Some(2000), Some(256 * MI)),
+    );
+    api.add(&api_pod(
+        &pod,
+        ("2", "256Mi"),
+        vec![container(
+            "infrastructure-sidecar",
+            Some("Always"),
+            Some(("1", "128Mi")),
+        )],
+        vec![
+            container("worker-1", None, None),
+            container("worker-2", None, None),
+        ],
+    ));
+    let sandbox = cri.run_pod(&env, &pod).await.unwrap();
+    cleanup.sandboxes.push(sandbox.clone());
+    let sidecar = cri
+        .start_container(
+            &env,
+            &pod,
+            &sandbox,
+            "infrastructure-sidecar",
+            resources(Some(1000), Some(1000), Some(128 * MI)),
+        )
+        .await
+        .unwrap();
+    let pod_limits = resources(None, Some(2000), Some(256 * MI));
+    let mut workers = Vec::new();
+    for name in ["worker-1", "worker-2"] {
+        let id = cri
+            .start_container(&env, &pod, &sandbox, name, pod_limits.clone())
+            .await
+            .unwrap();
+        workers.push(id);
+    }
+    let s = cri.applied(&sidecar).await;
+    eprintln!("sidecar {s:?}");
+    assert_eq!(s.cpus.len(), 1, "the sidecar gets one exclusive CPU");
+    assert_eq!(s.cfs_quota, -1);
+    assert_eq!(s.cpus_allowed, s.cpus);
+    assert_eq!(
+        s.mems.to_string(),
+        "0",
+        "its memory is pinned to NUMA node 0"
+    );
+    for w in &workers {
+        let w = cri
+            .wait_cpus(w, &all_cpus().difference(&s.cpus).to_string())
+            .await;
+        eprintln!("worker {w:?}");
+        assert_eq!(
+            w.cpus,
+            all_cpus().difference(&s.cpus),
+            "workers run in the node shared pool"
+        );
+        assert_eq!(w.cfs_quota, 200_000, "capped by the pod limit");
+        assert_eq!(w.cpus_allowed, w.cpus);
+    }
 }
 
 /// A classic Guaranteed pod (no pod-level resources) and a Burstable pod on the same node; the
@@ -527,8 +620,9 @@ async fn deleted_checkpoint_is_rebuilt_from_the_runtime() {
     );
 }
 
-/// containerd stopped and restarted under numa-shim: running containers keep their cpusets,
-/// numa-shim answers UNAVAILABLE while it is down and places pods again when it is back.
+/// The runtime (containerd or CRI-O) stopped and restarted under numa-shim: running containers
+/// keep their cpusets, numa-shim answers UNAVAILABLE while it is down and places pods again when
+/// it is back.
 #[tokio::test]
 #[ignore = "needs the real-runtime harness (integration/test-all.sh)"]
 async fn containerd_restart_under_numa_shim() {
@@ -626,20 +720,25 @@ async fn kubelet_cpuset_updates_are_kept_to_numa_shims_cpuset() {
     );
 }
 
-/// Stops the harness's containerd (by the PID it recorded), runs `while_down`, starts it again
-/// with the same command line and waits until it answers.
+/// Runtimes [`restart_containerd`] started in this process (children to reap).
+static RESTARTED: std::sync::Mutex<Vec<std::process::Child>> = std::sync::Mutex::new(Vec::new());
+
+/// Stops the harness's runtime (by the PID it recorded), runs `while_down`, starts it again
+/// with the same command (IT_RUN/runtime.argv when the harness wrote one: CRI-O runs inside a
+/// wrapper its own command line does not show) and waits until it answers.
 async fn restart_containerd<F, Fut>(env: &Env, while_down: F)
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let pid_file = env.run.join("pids/containerd");
+    let pid_file = env.run.join(format!("pids/{}", env.runtime));
     let pid: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = std::fs::read(env.run.join("runtime.argv"))
+        .unwrap_or_else(|_| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap());
     let args: Vec<String> = cmdline
         .split(|b| *b == 0)
         .filter(|a| !a.is_empty())
@@ -650,6 +749,19 @@ where
         .arg(pid.to_string())
         .status()
         .unwrap();
+    // A runtime an earlier test of this process restarted is this process's child: reaped here,
+    // or it would stay a zombie (and /proc/<pid> with it) until the test binary exits.
+    let ours = {
+        let mut restarted = RESTARTED.lock().unwrap();
+        let at = restarted.iter().position(|c| c.id() == pid);
+        at.map(|i| restarted.swap_remove(i))
+    };
+    if let Some(mut child) = ours {
+        tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+    }
     while std::path::Path::new(&format!("/proc/{pid}")).exists() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -657,11 +769,11 @@ where
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(env.run.join("logs/containerd.log"))
+        // The harness's log of the runtime (a link into integration/.work), kept after teardown.
+        .open(env.run.join("runtime.log"))
         .unwrap();
-    // The restarted containerd outlives this test; the harness's teardown ends it by the PID
-    // recorded below, as it would the original.
-    #[allow(clippy::zombie_processes)]
+    // The restarted runtime outlives this test; the harness's teardown ends it by the PID
+    // recorded below, as it would the original, and a later restart reaps it (RESTARTED).
     let child = std::process::Command::new(&args[0])
         .args(&args[1..])
         .stdout(std::process::Stdio::null())
@@ -669,6 +781,7 @@ where
         .spawn()
         .unwrap();
     std::fs::write(&pid_file, child.id().to_string()).unwrap();
+    RESTARTED.lock().unwrap().push(child);
     let direct = Cri::connect(&env.containerd).await;
     for _ in 0..300 {
         if direct.version().await.is_ok() {
@@ -676,5 +789,5 @@ where
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("containerd did not come back");
+    panic!("{} did not come back", env.runtime);
 }

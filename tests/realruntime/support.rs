@@ -1,13 +1,14 @@
-//! Real-runtime test support: numa-shim processes in front of the harness's private containerd,
-//! a kubelet-shaped CRI client, a fake kubelet Pods API, and what the kernel applied.
+//! Real-runtime test support: numa-shim processes in front of the harness's private runtime
+//! (containerd or CRI-O), a kubelet-shaped CRI client, the fake kubelet Pods API
+//! (tests/support/pods_api.rs), and what the kernel applied.
 //!
-//! The harness (integration/test-all.sh) starts containerd and exports NUMA_SHIM_IT_* variables;
-//! these tests are `#[ignore]`d so a plain `cargo test` without containerd does not run them.
+//! The harness (integration/test-all.sh, integration/runtime-suite.sh) starts the runtime and
+//! exports NUMA_SHIM_IT_* variables; these tests are `#[ignore]`d so a plain `cargo test` without
+//! a runtime does not run them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use numa_shim::cgroup::{Host, Reading};
@@ -15,11 +16,6 @@ use numa_shim::lifecycle::runtime::{pid_of, unix_channel};
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use numa_shim::proto::podsapi::core_v1;
-use numa_shim::proto::podsapi::v1alpha1::pods_server::{Pods, PodsServer};
-use numa_shim::proto::podsapi::v1alpha1::{EventType, WatchPodsEvent, WatchPodsRequest};
-use prost::Message;
-use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Channel;
 
 /// One test at a time: they share the machine's two CPUs.
@@ -28,7 +24,10 @@ pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The harness's environment.
 #[derive(Debug, Clone)]
 pub struct Env {
+    /// The runtime's CRI socket (containerd's or CRI-O's; the variable keeps its first name).
     pub containerd: PathBuf,
+    /// `containerd` or `crio` (NUMA_SHIM_IT_RUNTIME; the harness's IT_RUNTIME).
+    pub runtime: String,
     pub image: String,
     pub run: PathBuf,
     pub cgroup_parent: String,
@@ -43,6 +42,7 @@ impl Env {
         };
         Self {
             containerd: var("NUMA_SHIM_IT_CONTAINERD").into(),
+            runtime: std::env::var("NUMA_SHIM_IT_RUNTIME").unwrap_or_else(|_| "containerd".into()),
             image: var("NUMA_SHIM_IT_BUSYBOX_IMAGE"),
             run: var("NUMA_SHIM_IT_RUN").into(),
             cgroup_parent: var("NUMA_SHIM_IT_CGROUP_PARENT"),
@@ -164,6 +164,20 @@ impl Shim {
             child.kill().unwrap();
             child.wait().unwrap();
         }
+    }
+
+    /// SIGTERM, and waits for the process to exit (a clean stop).
+    pub fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id().to_string();
+            Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Starts the process again after [`Shim::terminate`] or [`Shim::kill9`].
+    pub async fn start_again(&mut self) {
+        self.spawn().await;
     }
 
     /// Starts the same process again (same socket, state dir and settings).
@@ -303,8 +317,11 @@ impl Cri {
                 name: name.into(),
                 attempt: 0,
             }),
+            // The kubelet names the image as the pod spec wrote it, too; CRI-O refuses a
+            // container without it ("user specified image not specified").
             image: Some(cri::ImageSpec {
                 image: env.image.clone(),
+                user_specified_image: env.image.clone(),
                 ..Default::default()
             }),
             command: vec!["sleep".into(), "3600".into()],
@@ -352,6 +369,29 @@ impl Cri {
         self.client
             .clone()
             .update_container_resources(request)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn stop_container(&self, id: &str) -> Result<(), tonic::Status> {
+        let request = cri::StopContainerRequest {
+            container_id: id.into(),
+            timeout: 0,
+        };
+        self.client
+            .clone()
+            .stop_container(request)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), tonic::Status> {
+        let request = cri::RemoveContainerRequest {
+            container_id: id.into(),
+        };
+        self.client
+            .clone()
+            .remove_container(request)
             .await
             .map(|_| ())
     }
@@ -455,79 +495,7 @@ impl Drop for Cleanup {
     }
 }
 
-/// A fake kubelet Pods API serving the pods a test registers (as core/v1 protobuf bytes).
-#[derive(Clone, Default)]
-pub struct FakePodsApi {
-    pods: Arc<Mutex<Vec<Vec<u8>>>>,
-    added: Arc<tokio::sync::Notify>,
-}
-
-impl FakePodsApi {
-    /// Serves on `socket` in a background task.
-    pub fn serve(&self, socket: &Path) -> tokio::task::JoinHandle<()> {
-        let _ = std::fs::remove_file(socket);
-        let incoming = UnixListenerStream::new(UnixListener::bind(socket).unwrap());
-        let server = tonic::transport::Server::builder().add_service(PodsServer::new(self.clone()));
-        tokio::spawn(async move {
-            let _ = server.serve_with_incoming(incoming).await;
-        })
-    }
-
-    pub fn add(&self, pod: &core_v1::Pod) {
-        self.pods.lock().unwrap().push(pod.encode_to_vec());
-        self.added.notify_waiters();
-    }
-}
-
-#[tonic::async_trait]
-impl Pods for FakePodsApi {
-    async fn watch_pods(
-        &self,
-        _: tonic::Request<WatchPodsRequest>,
-    ) -> Result<tonic::Response<tonic::codegen::BoxStream<WatchPodsEvent>>, tonic::Status> {
-        let api = self.clone();
-        let stream = async_stream_events(api);
-        Ok(tonic::Response::new(Box::pin(stream)))
-    }
-}
-
-fn async_stream_events(
-    api: FakePodsApi,
-) -> impl tokio_stream::Stream<Item = Result<WatchPodsEvent, tonic::Status>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut sent = 0;
-        let mut synced = false;
-        loop {
-            let notified = api.added.notified();
-            let pods: Vec<Vec<u8>> = api.pods.lock().unwrap()[sent..].to_vec();
-            for pod in pods {
-                sent += 1;
-                if tx
-                    .send(Ok(WatchPodsEvent {
-                        r#type: EventType::Added as i32,
-                        pod,
-                    }))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            if !synced {
-                synced = true;
-                let _ = tx
-                    .send(Ok(WatchPodsEvent {
-                        r#type: EventType::InitialSyncComplete as i32,
-                        pod: vec![],
-                    }))
-                    .await;
-            }
-            notified.await;
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
+pub use crate::pods_api::PodsApi as FakePodsApi;
 
 /// A core/v1 container for the fake Pods API: (name, restartPolicy, cpu, memory) with
 /// requests = limits when given.
@@ -632,6 +600,18 @@ pub fn http_get(addr: &str, path: &str) -> String {
     text.split_once("\r\n\r\n")
         .map(|(_, body)| body.to_string())
         .unwrap_or_default()
+}
+
+/// A loopback address with a port nothing listens on now, for a numa-shim's metrics (kept for
+/// the test, across its restarts). Never a fixed port: other harnesses run these tests at the
+/// same time on the same machine.
+pub fn free_metrics_address() -> &'static str {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    Box::leak(format!("127.0.0.1:{port}").into_boxed_str())
 }
 
 /// The value of one Prometheus sample line `name{labels} value` (labels as written).
