@@ -24,8 +24,9 @@ import (
 var numaShimKeys = []string{
 	"listen", "runtime", "socketMode", "socketGroup", "shutdownGracePeriod", "logFormat",
 	"logLevel", "stateDir", "topology", "podKnowledge", "podsApiSocket", "kubeconfig", "nodeName",
+	"refusalReports",
 	"podResourcesSocket", "kubeletPodResourcesSocket", "podResourcesQps", "podResourcesBurst",
-	"metricsAddress", "driftPeriod", "kubeletConfig",
+	"metricsAddress", "driftPeriod", "kubeletConfig", "kubeletConfigDir", "crioConfig",
 }
 
 func check(path string, fragment bool) error {
