@@ -146,11 +146,12 @@ broken_manifest() {
         fails_as_expected validate_manifests "$WORK/broken.yaml"
 }
 
-# The DaemonSet's privileges, host paths and config, read with a YAML parser.
+# daemonset_shape FILE RUNTIME_DIR [EXTRA_HOST_PATH...]: the DaemonSet's privileges, host paths
+# and config, read with a YAML parser.
 daemonset_shape() {
-    python3 - "$1" "$2" <<'EOF'
+    python3 - "$@" <<'EOF'
 import sys, yaml
-path, runtime_dir = sys.argv[1], sys.argv[2]
+path, runtime_dir, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
 docs = {d["kind"]: d for d in yaml.safe_load_all(open(path)) if d}
 pod = docs["DaemonSet"]["spec"]["template"]["spec"]
 container = pod["containers"][0]
@@ -159,8 +160,10 @@ if not container.get("securityContext", {}).get("privileged"):
     problems.append("not privileged")
 if not pod.get("hostNetwork"):
     problems.append("no hostNetwork (metrics on the node's loopback)")
+if not pod.get("hostPID"):
+    problems.append("no hostPID (the drift check reads /proc/<pid> of the node's containers)")
 want = {"/run/numa-shim", runtime_dir, "/var/lib/numa-shim", "/sys",
-        "/var/lib/kubelet/pods-api", "/var/lib/kubelet/pod-resources"}
+        "/var/lib/kubelet/pods-api", "/var/lib/kubelet/pod-resources", *extra}
 host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
 mounted = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
 for name, p in host.items():
@@ -177,7 +180,7 @@ probes = [container[p]["httpGet"] for p in ("livenessProbe", "readinessProbe")]
 if [p["path"] for p in probes] != ["/healthz", "/readyz"] or any(p["host"] != "127.0.0.1" for p in probes):
     problems.append(f"probes {probes}")
 open(sys.argv[1] + ".config.yaml", "w").write(docs["ConfigMap"]["data"]["config.yaml"])
-print("\n".join(problems) or f"{path}: privileged, hostNetwork, hostPaths {sorted(want)}")
+print("\n".join(problems) or f"{path}: privileged, hostNetwork, hostPID, hostPaths {sorted(want)}")
 sys.exit(1 if problems else 0)
 EOF
 }
@@ -316,7 +319,7 @@ cp "$ROOT/packaging/kubernetes/daemonset-containerd.yaml" "$ROOT/packaging/kuber
 check "DaemonSet containerd: privileges, host paths, probes, config" \
     daemonset_shape "$WORK/daemonset-containerd.yaml" /run/containerd
 check "DaemonSet CRI-O: privileges, host paths, probes, config" \
-    daemonset_shape "$WORK/daemonset-crio.yaml" /var/run/crio
+    daemonset_shape "$WORK/daemonset-crio.yaml" /var/run/crio /etc/crio
 check "DaemonSet configs: kubelet fields decode strictly" \
     "$WORK/kubeletconfig-check" -fragment "$WORK"/daemonset-*.yaml.config.yaml
 check "cargo deb builds the package" build_deb
