@@ -4,7 +4,7 @@
 //! unchanged and with one pod changed before each call. After criterion, prints p50/p99/max of each over many calls (criterion
 //! reports means and confidence intervals, not tail percentiles).
 
-#[path = "../tests/podresources_support/registry.rs"]
+#[path = "../tests/support/podresources/registry.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -129,15 +129,15 @@ fn bench(c: &mut Criterion) {
     let metrics = numa_shim::telemetry::Metrics::new();
     c.bench_function("pool_gauges_1000_pods/count_and_publish", |b| {
         b.iter(|| {
-            let pools = shared.with_registry(numa_shim::inspect::pool_counts);
-            numa_shim::inspect::publish_pool_counts(&pools, &metrics);
+            let pools = shared.with_registry(numa_shim::lifecycle::gauges::pool_counts);
+            numa_shim::lifecycle::gauges::publish_pool_counts(&pools, &metrics);
         })
     });
     c.bench_function("pool_gauges_1000_pods/view_and_publish", |b| {
         b.iter(|| {
             let view = shared.with_registry(numa_shim::inspect::PlacementView::from_registry);
             let pools = numa_shim::inspect::view_pool_counts(&view);
-            numa_shim::inspect::publish_pool_counts(&pools, &metrics);
+            numa_shim::lifecycle::gauges::publish_pool_counts(&pools, &metrics);
         })
     });
 

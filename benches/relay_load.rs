@@ -1,6 +1,10 @@
-//! CRI load generator for integration/bench-relay.sh (a plain binary, not a criterion bench):
-//! times the same calls straight to a runtime socket and through numa-shim, interleaving the two
-//! targets so that drift on a shared machine hits both alike, and prints one JSON line per target.
+//! CRI load generator of the earlier rounds of integration/bench-relay.sh, and its Rust byte
+//! floor (a plain binary, not a criterion bench). The script now drives its load with the
+//! grpc-go client integration/bench-peers/cri-load and runs `byte-relay` from here as its
+//! `floor-rust` target; `version` and `pods` stay to reproduce the earlier rounds in
+//! docs/PERFORMANCE.md: they time the same calls straight to a runtime socket and through
+//! numa-shim, interleaving the targets so that drift on a shared machine hits both alike, and
+//! print one JSON line per target.
 //!
 //! - `version`: `Version` calls from `--clients` concurrent clients (one connection each).
 //! - `pods`: RunPodSandbox + CreateContainer + StartContainer per pod, one pod at a time,
