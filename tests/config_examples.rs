@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use numa_shim::cli::check_config::{check, check_files, Args};
+use numa_shim::cli::check_config::{check, check_files, check_kubelet, Args};
 use numa_shim::config::Config;
 
 fn root() -> &'static Path {
@@ -66,7 +66,7 @@ fn shared_examples_as_kubelet_config() {
 }
 
 #[test]
-fn high_performance_example_passes_once_memory_adds_up() {
+fn high_performance_example_passes_once_memory_adds_up_and_the_kubelets_managers_are_off() {
     // The same settings plus systemReserved memory: 1Gi - 100Mi, so that reservedMemory (1Gi)
     // equals kubeReserved + systemReserved + evictionHard (100Mi default).
     let dir = tempfile::tempdir().unwrap();
@@ -75,7 +75,22 @@ fn high_performance_example_passes_once_memory_adds_up() {
         + "systemReserved:\n  memory: 924Mi\n";
     let path = dir.path().join("kubelet.yaml");
     std::fs::write(&path, text).unwrap();
-    let f = check(&Config::default(), Some(&path), &machine_in(dir.path()));
+    let machine = machine_in(dir.path());
+    // As the kubelet's own file it still runs the kubelet's managers: refused.
+    let f = check(&Config::default(), Some(&path), &machine);
+    assert_eq!(f.errors.len(), 2, "{f:?}");
+    assert!(
+        f.errors[0].starts_with("kubelet cpuManagerPolicy:"),
+        "{f:?}"
+    );
+    assert!(
+        f.errors[1].starts_with("kubelet memoryManagerPolicy:"),
+        "{f:?}"
+    );
+    // With the packaged drop-in in the kubelet's --config-dir, numa-shim takes the settings
+    // over and the kubelet runs without its managers.
+    let conf_d = root().join("packaging/kubelet/kubelet.conf.d");
+    let f = check_kubelet(&Config::default(), Some(&path), Some(&conf_d), &machine);
     assert!(f.errors.is_empty(), "{f:?}");
 }
 
@@ -87,7 +102,9 @@ fn packaged_configs_pass() {
         let f = check_files(&Args {
             config: Some(root().join("packaging/config").join(name)),
             kubelet_config: None,
+            kubelet_config_dir: None,
             topology: Some(machine.clone()),
+            ..Args::default()
         });
         assert!(f.errors.is_empty(), "{name}: {f:?}");
     }

@@ -327,7 +327,7 @@ fn kubelet_config_file_and_topology_errors_name_the_file() {
 }
 
 #[test]
-fn kubelet_config_file_shadows_fields_with_a_warning() {
+fn the_files_own_fields_win_over_the_kubelet_config_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubelet.yaml");
     std::fs::write(
@@ -335,12 +335,45 @@ fn kubelet_config_file_shadows_fields_with_a_warning() {
         "kind: KubeletConfiguration\ncpuManagerPolicy: none\n",
     )
     .unwrap();
+    // Fields of its own: those are used (and checked), the kubelet file is the kubelet's.
     let c = config::parse(&format!(
         "kubeletConfig: {}\ncpuManagerPolicy: bogus\n",
         path.display()
     ))
     .unwrap();
     let f = check(&c, None, &machine());
-    assert!(f.errors.is_empty(), "{f:?}");
-    assert!(f.warnings[0].starts_with("kubeletConfig:"), "{f:?}");
+    assert!(
+        f.errors[0].starts_with("cpuManagerPolicy: unknown policy"),
+        "{f:?}"
+    );
+    // None of its own: the kubelet file's.
+    let c = config::parse(&format!("kubeletConfig: {}\n", path.display())).unwrap();
+    let f = check(&c, None, &machine());
+    assert!(f.errors.is_empty() && f.warnings.is_empty(), "{f:?}");
+}
+
+/// `/placement` and `/metrics` name every pod and have no authentication: an address other
+/// than loopback is allowed (a remote scraper) but check-config says what it exposes.
+#[test]
+fn a_metrics_address_off_loopback_is_warned_about() {
+    for exposed in ["0.0.0.0:9464", "10.1.2.3:9464", "[::]:9464"] {
+        let f = findings(&format!("metricsAddress: \"{exposed}\""));
+        assert!(f.errors.is_empty(), "{exposed}: {f:?}");
+        let warning = f
+            .warnings
+            .iter()
+            .find(|w| w.starts_with("metricsAddress:"))
+            .unwrap_or_else(|| panic!("{exposed}: no warning in {f:?}"));
+        assert!(
+            warning.contains("/placement") && warning.contains("not loopback"),
+            "{warning}"
+        );
+    }
+    for private in ["127.0.0.1:9464", "[::1]:9464", "127.0.0.2:9464"] {
+        let f = findings(&format!("metricsAddress: \"{private}\""));
+        assert!(
+            !f.warnings.iter().any(|w| w.starts_with("metricsAddress")),
+            "{private}: {f:?}"
+        );
+    }
 }

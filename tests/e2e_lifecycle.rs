@@ -2,7 +2,7 @@
 //! shared pool changes, kubelet updates rewritten back, restarts with and without the
 //! checkpoint, many pods from several clients at once, and runtime failures after a reservation.
 
-#[path = "e2e_support/support.rs"]
+#[path = "support/e2e/support.rs"]
 mod support;
 
 use std::collections::BTreeSet;
@@ -532,7 +532,7 @@ async fn many_pods_with_the_pods_api_never_share_a_cpu() {
         })
         .collect();
     for p in &pods {
-        api.add(p).await;
+        api.add_bytes(p.pods_api_bytes());
     }
     let outcomes = start_all(&kubelets, &pods).await;
     let mut seen = CpuSet::new();

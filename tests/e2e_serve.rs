@@ -3,7 +3,7 @@
 //! kubelet-shaped pods in front of the in-process fake runtime; a restart on the same state
 //! directory keeps every placement.
 
-#[path = "e2e_support/support.rs"]
+#[path = "support/e2e/support.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -183,7 +183,7 @@ async fn serve_from_a_fake_sysfs_tree_with_the_pods_api() {
         .sidecar("proxy", Res::guaranteed(2000, GI))
         .container("main", Res::guaranteed(2000, 2 * GI))
         .container("log", Res::default());
-    api.add(&mesh).await;
+    api.add_bytes(mesh.pods_api_bytes());
     kubelet.start_pod(&mesh).await.unwrap();
     let proxy = received(&fake.created("mesh", "proxy"));
     let main = received(&fake.created("mesh", "main"));
@@ -222,7 +222,7 @@ async fn serve_from_the_raw_fixture_json_without_the_memory_manager() {
     let err = kubelet.start_pod(&plr_pod("c", 4, 2)).await.unwrap_err();
     assert_eq!(
         err.message(),
-        "TopologyAffinityError: Resources cannot be allocated with Topology locality"
+        "TopologyAffinityError: Pod Scope pod with pod-level resources failed admission under pod-scope topology manager"
     );
     serve.stop().await;
     runtime.stop().await;
@@ -321,4 +321,58 @@ async fn sighup_applies_log_level_and_metrics_address() {
 /// Runs a short future to completion from a synchronous check (inside the test's runtime).
 fn futures_lite<F: std::future::Future<Output = bool>>(f: F) -> bool {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
+/// SIGTERM while start-up still waits for the runtime (none answers on its socket) ends
+/// numa-shim: a DaemonSet rollout or `kill` must not hang on a node whose runtime is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_start_up_ends_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let topology = fixture("topoDualSocketMultiNumaPerSocketHT");
+    let machine = dir.path().join("machine.json");
+    std::fs::write(&machine, topology.to_json().unwrap()).unwrap();
+    let config = dir.path().join("kubelet.yaml");
+    std::fs::write(&config, kubelet_yaml("single-numa-node", "pod", "")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix://{}", dir.path().join("shim.sock").display()))
+        .arg("--runtime")
+        .arg(format!(
+            "unix://{}",
+            dir.path().join("runtime.sock").display()
+        ))
+        .arg("--topology")
+        .arg(&machine)
+        .arg("--kubelet-config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "serve should wait for the runtime: {}",
+        log()
+    );
+    assert!(!dir.path().join("shim.sock").exists(), "{}", log());
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exited with {status}: {}", log());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "numa-shim serve did not stop on SIGTERM during start-up: {}",
+        log()
+    );
 }

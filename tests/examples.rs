@@ -178,28 +178,27 @@ fn assert_container_scope_mixed_placed(report: &Value) {
     }
 }
 
-/// The tutorial's step 6 settings (container scope), CPU side: the sidecar gets a NUMA-aligned
-/// 2-CPU slice from the node, the workers run in the node shared pool under the pod limit.
-/// The Memory Manager is left out here: see the next test.
+/// The tutorial's step 6 settings (container scope, Static memory policy as the tutorial has
+/// it): the sidecar gets a NUMA-aligned 2-CPU slice from the node, the workers (no memory request
+/// of their own: kubelet v1.37.2's Memory Manager skips them) run in the node shared pool under
+/// the pod limit.
 #[test]
 fn container_scope_mixed_gets_a_node_slice_and_the_node_shared_pool() {
     let report = simulate(
-        &(header("  topologyManagerScope: container\n  memoryManagerPolicy: None\n")
-            + &pods(&["container-scope-mixed"])),
+        &(header("  topologyManagerScope: container\n") + &pods(&["container-scope-mixed"])),
     );
     assert_container_scope_mixed_placed(&report);
+    let p = pod(&report, "container-scope-mixed");
+    assert_eq!(container(p, "infrastructure-sidecar")["memoryNodes"], "0");
+    assert!(container(p, "worker-1").get("memoryNodes").is_none());
 }
 
-/// The tutorial says the pod also runs with `memoryManagerPolicy: Static`. The decision core
-/// follows the PLRM-era `memorymanager/policy_static.go` it was written from, where a
-/// non-eligible container of a pod-level-resources pod still reaches `Allocate` with no memory
-/// request and fails (`UnexpectedAdmissionError`). The two sources disagree; this test states
-/// the tutorial's outcome and stays ignored until the core settles it.
+/// Without the Memory Manager the same placement.
 #[test]
-#[ignore = "tutorial vs kubelet source conflict on container scope + Static memory (see doc comment)"]
-fn container_scope_mixed_with_the_static_memory_policy_as_the_tutorial_says() {
+fn container_scope_mixed_without_the_memory_manager() {
     let report = simulate(
-        &(header("  topologyManagerScope: container\n") + &pods(&["container-scope-mixed"])),
+        &(header("  topologyManagerScope: container\n  memoryManagerPolicy: None\n")
+            + &pods(&["container-scope-mixed"])),
     );
     assert_container_scope_mixed_placed(&report);
 }

@@ -5,9 +5,9 @@
 //! Machine: `topoDualSocketHT` (2 NUMA nodes × 6 CPUs, cores = thread pairs), static CPU policy,
 //! reserved CPU 0, pod scope, single-numa-node; no memory manager.
 
-#[path = "relay_support/client.rs"]
+#[path = "support/relay/client.rs"]
 mod client;
-#[path = "relay_support/fake.rs"]
+#[path = "support/relay/fake.rs"]
 mod fake;
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ use client::{channel, runtime_client, RunningRelay};
 use fake::Runtime;
 use numa_shim::inspect::{self, Owner, PlacementView};
 use numa_shim::k8s::{KubeletConfiguration, Pod};
-use numa_shim::knowledge::{Knowledge, PodCache};
+use numa_shim::knowledge::{Knowledge, PodCache, SpecOrigin, Watched};
 use numa_shim::lifecycle::store::CHECKPOINT_NAME;
 use numa_shim::lifecycle::{PlacementHook, Placer, Registry, Store};
 use numa_shim::placement::node::Node;
@@ -124,7 +124,10 @@ async fn start(kubelet: &str, machine: Topology) -> Live {
     let placer = Arc::new(Placer::new(
         Registry::new(node),
         store,
-        Knowledge::Watched(cache.clone()),
+        Knowledge::Watched(vec![Watched {
+            origin: SpecOrigin::PodsApi,
+            cache: cache.clone(),
+        }]),
         metrics.clone(),
     ));
     placer.publish_pools();

@@ -2,7 +2,7 @@
 //! kubelet's NotFound and rate-limit messages, socket mode and stale-socket replacement, an old
 //! client without the pod-level fields, and consistency of List under admit/remove churn.
 
-#[path = "podresources_support/registry.rs"]
+#[path = "support/podresources/registry.rs"]
 mod support;
 
 use std::os::unix::fs::PermissionsExt;

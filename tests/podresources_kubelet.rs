@@ -3,7 +3,7 @@
 //! wrong — CPU ids; numa-shim merges the first two per pod and container and keeps its CPUs and
 //! memory. Without a kubelet, the answers come without devices.
 
-#[path = "podresources_support/registry.rs"]
+#[path = "support/podresources/registry.rs"]
 mod support;
 
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! Ignored by default: it needs python3 and pip (the script installs grpcio-tools into
 //! $PODRES_VENV). Run with `cargo test --test podresources_python -- --ignored`.
 
-#[path = "podresources_support/registry.rs"]
+#[path = "support/podresources/registry.rs"]
 mod support;
 
 use std::path::Path;

@@ -1,87 +1,23 @@
 //! The real `numa-shim serve` binary, with placement on (static CPU policy, pod scope) in front of
-//! a minimal fake runtime, serves PodResources on `--pod-resources-socket`: a pod placed through
-//! the relay (inferred from CRI) shows up with its bubble, leaves after StopPodSandbox, and
-//! GetAllocatableResources gives all CPUs minus the reserved one.
+//! the end-to-end tests' fake runtime (tests/support/e2e/runtime.rs), serves PodResources on
+//! `--pod-resources-socket`: a pod placed through the relay (inferred from CRI) shows up with its
+//! bubble, leaves after StopPodSandbox, and GetAllocatableResources gives all CPUs minus the
+//! reserved one.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cri::runtime_service_client::RuntimeServiceClient;
-use cri::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use numa_shim::lifecycle::runtime::unix_channel;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::podresources::v1 as pr;
 use numa_shim::topology::SyntheticSpec;
 use pr::pod_resources_lister_client::PodResourcesListerClient;
-use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status};
 
-/// Answers recovery with nothing running, creates sandboxes and containers, stops them.
-struct Fake;
-
-#[tonic::async_trait]
-impl RuntimeService for Fake {
-    async fn version(
-        &self,
-        _: Request<cri::VersionRequest>,
-    ) -> Result<Response<cri::VersionResponse>, Status> {
-        Ok(Response::new(cri::VersionResponse {
-            runtime_name: "fake".into(),
-            ..Default::default()
-        }))
-    }
-
-    async fn list_pod_sandbox(
-        &self,
-        _: Request<cri::ListPodSandboxRequest>,
-    ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
-        Ok(Response::new(cri::ListPodSandboxResponse::default()))
-    }
-
-    async fn list_containers(
-        &self,
-        _: Request<cri::ListContainersRequest>,
-    ) -> Result<Response<cri::ListContainersResponse>, Status> {
-        Ok(Response::new(cri::ListContainersResponse::default()))
-    }
-
-    async fn run_pod_sandbox(
-        &self,
-        request: Request<cri::RunPodSandboxRequest>,
-    ) -> Result<Response<cri::RunPodSandboxResponse>, Status> {
-        let name = request
-            .into_inner()
-            .config
-            .and_then(|c| c.metadata)
-            .map(|m| m.name);
-        Ok(Response::new(cri::RunPodSandboxResponse {
-            pod_sandbox_id: format!("sb-{}", name.unwrap_or_default()),
-        }))
-    }
-
-    async fn create_container(
-        &self,
-        request: Request<cri::CreateContainerRequest>,
-    ) -> Result<Response<cri::CreateContainerResponse>, Status> {
-        let name = request
-            .into_inner()
-            .config
-            .and_then(|c| c.metadata)
-            .map(|m| m.name);
-        Ok(Response::new(cri::CreateContainerResponse {
-            container_id: format!("ctr-{}", name.unwrap_or_default()),
-        }))
-    }
-
-    async fn stop_pod_sandbox(
-        &self,
-        _: Request<cri::StopPodSandboxRequest>,
-    ) -> Result<Response<cri::StopPodSandboxResponse>, Status> {
-        Ok(Response::new(cri::StopPodSandboxResponse {}))
-    }
-}
+#[path = "support/e2e/runtime.rs"]
+#[allow(dead_code)]
+mod runtime;
 
 struct Serve(Child);
 
@@ -152,12 +88,7 @@ fn resources(milli: i64, mem: i64) -> cri::LinuxContainerResources {
 async fn serve_answers_pod_resources_for_pods_placed_through_the_relay() {
     let dir = tempfile::tempdir().unwrap();
     let runtime_path = dir.path().join("runtime.sock");
-    let listener = UnixListener::bind(&runtime_path).unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(Fake))
-            .serve_with_incoming(UnixListenerStream::new(listener)),
-    );
+    let _runtime = runtime::Runtime::start(&runtime_path, runtime::Fake::default()).await;
     let serve = start_serve(dir.path(), &runtime_path);
     let pr_path = dir.path().join("pod-resources/kubelet.sock");
     wait_for(&pr_path).await;

@@ -1,12 +1,13 @@
-//! The pool gauges are counted straight from the registry (`inspect::pool_counts`); they must
+//! The pool gauges are counted straight from the registry (`lifecycle::gauges::pool_counts`); they must
 //! match what the placement view shows, CPU by CPU and byte by byte, through admissions,
 //! container and pod removals, pod and container scope, and CPUs held by others.
 
-#[path = "podresources_support/registry.rs"]
+#[path = "support/podresources/registry.rs"]
 mod support;
 
 use numa_shim::cpuset::CpuSet;
-use numa_shim::inspect::{pool_counts, view_pool_counts, PlacementView};
+use numa_shim::inspect::{view_pool_counts, PlacementView};
+use numa_shim::lifecycle::gauges::pool_counts;
 use numa_shim::lifecycle::Registry;
 use numa_shim::placement::config::TopologyScope;
 use support::*;

@@ -6,6 +6,8 @@
 pub mod harness;
 #[path = "kubelet.rs"]
 pub mod kubelet;
+#[path = "../pods_api.rs"]
+pub mod pods_api;
 #[path = "runtime.rs"]
 pub mod runtime;
 

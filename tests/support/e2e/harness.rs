@@ -1,11 +1,10 @@
 //! numa-shim as a test runs it: the fake runtime, placement (`lifecycle::start` with the real
 //! `PlacementHook`) and the relay on unix sockets in a temporary directory, plus a kubelet-like
-//! CRI client and a fake kubelet Pods API server.
+//! CRI client; the fake kubelet Pods API is tests/support/pods_api.rs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -14,22 +13,18 @@ use numa_shim::k8s::kubelet_config::KubeletConfiguration;
 use numa_shim::lifecycle::{self, Options, SpecSource, Started};
 use numa_shim::placement::Config;
 use numa_shim::proto::cri::v1 as cri;
-use numa_shim::proto::podsapi::v1alpha1::pods_server::{Pods, PodsServer};
-use numa_shim::proto::podsapi::v1alpha1::{
-    EventType, GetPodRequest, GetPodResponse, ListPodsRequest, ListPodsResponse, WatchPodsEvent,
-    WatchPodsRequest,
-};
 use numa_shim::relay::RelayBuilder;
 use numa_shim::telemetry::Metrics;
 use numa_shim::topology::Topology;
-use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::net::UnixStream;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 use super::kubelet::{PodDef, GI};
+#[allow(unused_imports)] // not every e2e test uses the Pods API
+pub use super::pods_api::PodsApi;
 use super::runtime::{Fake, Runtime};
 
 /// A kubelet fixture topology from shared/fixtures/topologies with `memory` bytes per NUMA node.
@@ -137,6 +132,7 @@ impl Shim {
             config: setup.config.clone(),
             state_dir: dir.join("state"),
             spec_source: setup.spec_source.clone(),
+            reports: None,
             pool: lifecycle::pool::PoolSettings {
                 // No periodic pass: every cpuset change must come from a pool-change wake-up.
                 drift_period: Duration::from_secs(3600),
@@ -181,7 +177,7 @@ impl Shim {
             let _ = stop.send(());
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
-        self.started.stop();
+        self.started.shutdown().await;
         self.runtime
     }
 
@@ -346,79 +342,5 @@ impl Kubelet {
             .update_container_resources(request)
             .await
             .map(|_| ())
-    }
-}
-
-type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<WatchPodsEvent, Status>> + Send>>;
-
-type Watcher = mpsc::Sender<Result<WatchPodsEvent, Status>>;
-
-/// A fake kubelet Pods API: the pods it was given, an ADDED event for each on watch, then
-/// INITIAL_SYNC_COMPLETE, then live ADDED events.
-#[derive(Clone, Default)]
-pub struct PodsApi {
-    pods: Arc<Mutex<Vec<Vec<u8>>>>,
-    watchers: Arc<Mutex<Vec<Watcher>>>,
-}
-
-impl PodsApi {
-    /// Serves on `socket` until the returned task is aborted.
-    pub fn serve(&self, socket: &Path) -> JoinHandle<()> {
-        let incoming = UnixListenerStream::new(UnixListener::bind(socket).unwrap());
-        let server = tonic::transport::Server::builder().add_service(PodsServer::new(self.clone()));
-        tokio::spawn(async move {
-            let _ = server.serve_with_incoming(incoming).await;
-        })
-    }
-
-    /// The kubelet learns of a pod (before it creates its sandbox).
-    pub async fn add(&self, pod: &PodDef) {
-        let bytes = pod.pods_api_bytes();
-        self.pods.lock().unwrap().push(bytes.clone());
-        let watchers = self.watchers.lock().unwrap().clone();
-        for watcher in watchers {
-            let _ = watcher
-                .send(Ok(WatchPodsEvent {
-                    r#type: EventType::Added as i32,
-                    pod: bytes.clone(),
-                }))
-                .await;
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl Pods for PodsApi {
-    async fn watch_pods(
-        &self,
-        _: Request<WatchPodsRequest>,
-    ) -> Result<Response<EventStream>, Status> {
-        let (tx, rx) = mpsc::channel(1024);
-        let existing = self.pods.lock().unwrap().clone();
-        for pod in existing {
-            let _ = tx.try_send(Ok(WatchPodsEvent {
-                r#type: EventType::Added as i32,
-                pod,
-            }));
-        }
-        let _ = tx.try_send(Ok(WatchPodsEvent {
-            r#type: EventType::InitialSyncComplete as i32,
-            pod: Vec::new(),
-        }));
-        self.watchers.lock().unwrap().push(tx);
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-
-    async fn list_pods(
-        &self,
-        _: Request<ListPodsRequest>,
-    ) -> Result<Response<ListPodsResponse>, Status> {
-        Ok(Response::new(ListPodsResponse {
-            pods: self.pods.lock().unwrap().clone(),
-        }))
-    }
-
-    async fn get_pod(&self, _: Request<GetPodRequest>) -> Result<Response<GetPodResponse>, Status> {
-        Err(Status::not_found("not served by the fake"))
     }
 }
