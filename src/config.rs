@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::k8s::kubelet_config::KubeletConfiguration;
+use crate::k8s::RunningConfigError;
 
 mod validate;
 
@@ -49,6 +50,10 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// This node's name in the API server (default: the hostname, lowercased).
     pub node_name: Option<String>,
+    /// What numa-shim writes to the API server about pods it refuses: `none`, `events` or
+    /// `events-and-status` (default: `events-and-status` with `podKnowledge: apiserver` or a
+    /// `kubeconfig`, else `none`).
+    pub refusal_reports: Option<crate::report::ReportMode>,
     /// Where numa-shim serves PodResources v1 (default `<stateDir>/pod-resources/kubelet.sock`;
     /// `none` or an empty path turns the server off).
     pub pod_resources_socket: Option<PathBuf>,
@@ -62,8 +67,15 @@ pub struct Config {
     pub metrics_address: Option<String>,
     /// How often running containers' cpusets are checked against the kernel (`"10s"`).
     pub drift_period: Option<String>,
-    /// Take the resource-manager fields from this KubeletConfiguration file instead.
+    /// The kubelet's configuration file. Its resource-manager fields are used when this file
+    /// sets none; with `kubeletConfigDir` it is also what numa-shim checks the kubelet against.
     pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's drop-in directory (its `--config-dir`), merged over `kubeletConfig` as the
+    /// kubelet merges it.
+    pub kubelet_config_dir: Option<PathBuf>,
+    /// CRI-O's configuration file (its drop-ins in `<file>.d` are read too) or drop-in
+    /// directory, checked for settings that fight numa-shim over cpusets (`crate::crio`).
+    pub crio_config: Option<PathBuf>,
     /// The kubelet's resource-manager fields.
     #[serde(flatten)]
     pub kubelet: KubeletConfiguration,
@@ -98,6 +110,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "podsApiSocket",
     "kubeconfig",
     "nodeName",
+    "refusalReports",
     "podResourcesSocket",
     "kubeletPodResourcesSocket",
     "podResourcesQps",
@@ -105,6 +118,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "metricsAddress",
     "driftPeriod",
     "kubeletConfig",
+    "kubeletConfigDir",
+    "crioConfig",
     "apiVersion",
     "kind",
     "featureGates",
@@ -176,6 +191,29 @@ pub enum ConfigError {
         #[source]
         source: crate::k8s::DocumentError,
     },
+    /// The kubelet's drop-in directory could not be listed or one of its files read.
+    #[error("cannot read kubelet drop-in {path}: {source}")]
+    ReadDropIn {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The main file and drop-ins do not merge into a configuration.
+    #[error("kubelet config {path} with drop-ins {dir}: {source}")]
+    Running {
+        path: PathBuf,
+        dir: PathBuf,
+        #[source]
+        source: crate::k8s::RunningConfigError,
+    },
+}
+
+/// The kubelet's configuration as it runs (main file plus drop-ins), and where it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletRunning {
+    pub config: KubeletConfiguration,
+    /// `FILE` or `FILE + DIR/*.conf`, for messages.
+    pub source: String,
 }
 
 /// Reads and parses the configuration file at `path`.
@@ -190,23 +228,89 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     })
 }
 
-/// The kubelet resource-manager fields in force: from `override_path` (`--kubelet-config`),
-/// else from the file's `kubeletConfig`, else the fields written in the file itself.
+/// The kubelet resource-manager fields in force: the file's own when it has any, else those of
+/// the kubelet's main file (`override_path`, i.e. `--kubelet-config`, else `kubeletConfig`) —
+/// the settings the kubelet ran with before numa-shim took placement over — else the defaults.
 pub fn kubelet_fields(
     config: &Config,
     override_path: Option<&Path>,
 ) -> Result<KubeletConfiguration, ConfigError> {
-    let Some(path) = override_path.or(config.kubelet_config.as_deref()) else {
+    let path = override_path.or(config.kubelet_config.as_deref());
+    let Some(path) = path.filter(|_| !config.has_kubelet_fields()) else {
         return Ok(config.kubelet.clone());
     };
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadKubelet {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = read_kubelet(path)?;
     KubeletConfiguration::from_yaml(&text).map_err(|source| ConfigError::Kubelet {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The kubelet's configuration as the kubelet runs it, when numa-shim is told where it is: the
+/// main file (`override_path`, else `kubeletConfig`) with the `*.conf` files of the drop-in
+/// directory (`override_dir`, else `kubeletConfigDir`) merged over it in name order.
+pub fn kubelet_running(
+    config: &Config,
+    override_path: Option<&Path>,
+    override_dir: Option<&Path>,
+) -> Result<Option<KubeletRunning>, ConfigError> {
+    let Some(path) = override_path.or(config.kubelet_config.as_deref()) else {
+        return Ok(None);
+    };
+    let main = read_kubelet(path)?;
+    let dir = override_dir.or(config.kubelet_config_dir.as_deref());
+    let drop_ins = match dir {
+        Some(dir) => read_drop_ins(dir)?,
+        None => Vec::new(),
+    };
+    let config = KubeletConfiguration::running(&main, &drop_ins).map_err(|err| match err {
+        RunningConfigError::Document(source) => ConfigError::Kubelet {
+            path: path.to_path_buf(),
+            source,
+        },
+        source => ConfigError::Running {
+            path: path.to_path_buf(),
+            dir: dir.map(Path::to_path_buf).unwrap_or_default(),
+            source,
+        },
+    })?;
+    let source = match dir {
+        Some(dir) => format!("{} + {}/*.conf", path.display(), dir.display()),
+        None => path.display().to_string(),
+    };
+    Ok(Some(KubeletRunning { config, source }))
+}
+
+fn read_kubelet(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::ReadKubelet {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The `*.conf` files of the kubelet's drop-in directory, by name (the kubelet's order).
+fn read_drop_ins(dir: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ConfigError::ReadDropIn { path, source }
+    };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(err(dir))? {
+        let entry = entry.map_err(err(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".conf") && !entry.path().is_dir() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let path = dir.join(&name);
+            let text = std::fs::read_to_string(&path).map_err(err(&path))?;
+            Ok((path.display().to_string(), text))
+        })
+        .collect()
 }
 
 /// Parses configuration text (YAML or JSON). An empty document is the default configuration.

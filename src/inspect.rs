@@ -9,7 +9,6 @@
 
 mod build;
 mod fetch;
-mod metrics;
 mod pools;
 mod svg;
 mod table;
@@ -18,10 +17,11 @@ mod tests;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::lifecycle::refusals::RefusalView;
+
 pub use build::numa_nodes;
 pub use fetch::{fetch, FetchError};
-pub use metrics::{admission_allocations, container_assignments, publish_pool_counts};
-pub use pools::{pool_counts, view_pool_counts, NumaPools, POOLS};
+pub use pools::view_pool_counts;
 pub use svg::render_svg;
 pub use table::{numa_map, render_table};
 
@@ -38,6 +38,22 @@ pub struct PlacementView {
     pub numa_nodes: Vec<NumaView>,
     /// Pods by UID.
     pub pods: Vec<PodView>,
+    /// Pods refused at RunPodSandbox that the kubelet is still retrying, by UID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusalView>,
+    /// The watched pod-spec sources and their state (`live`, `connecting`, `absent`); empty
+    /// when specs are inferred from CRI alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_knowledge: Vec<KnowledgeView>,
+}
+
+/// One watched pod-spec source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnowledgeView {
+    /// `pods-api` or `apiserver`.
+    pub source: String,
+    /// `live`, `connecting` or `absent`.
+    pub link: String,
 }
 
 /// One NUMA node: its CPUs in topology order and its memory.
@@ -114,7 +130,8 @@ pub struct PodView {
     pub uid: String,
     pub namespace: String,
     pub name: String,
-    /// `spec`, `inferred` or `adopted`.
+    /// Where the spec came from: `pods-api`, `apiserver`, `inferred` (from CRI alone) or
+    /// `adopted` (found running at start-up); `spec` for a watched source not recorded.
     pub source: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox_id: Option<String>,

@@ -9,7 +9,10 @@
 pub mod kubelet_config;
 pub mod pod;
 
-pub use kubelet_config::{ConfigWarning, KubeletConfigError, KubeletConfiguration, ResolvedConfig};
+pub use kubelet_config::{
+    ConfigWarning, KubeletConfigError, KubeletConfiguration, KubeletFinding, ResolvedConfig,
+    RunningConfigError, Severity,
+};
 pub use pod::{Pod, PodError};
 
 use serde::de::DeserializeOwned;

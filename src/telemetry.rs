@@ -11,6 +11,6 @@ pub mod metrics;
 #[cfg(test)]
 mod scrape;
 
-pub use http::{MetricsServer, PlacementProvider, Readiness, DEFAULT_ADDRESS};
+pub use http::{MetricsServer, PlacementProvider, Readiness, ReadinessCheck, DEFAULT_ADDRESS};
 pub use logging::LogFormat;
 pub use metrics::{AssignmentType, Metrics, Pool, ResourceName, Source};

@@ -1,11 +1,19 @@
 //! `numa-shim check-config`: validates a configuration file the way `serve` would use it —
 //! numa-shim's own keys, then the kubelet resource-manager fields resolved against the machine
-//! (`--topology`, the file's `topology`, or /sys) — and prints `OK` with the warnings, or every
-//! error (exit status 1). Reads files only; never binds a socket or talks to a runtime.
+//! (`--topology`, the file's `topology`, or /sys), then, when it is given the kubelet's
+//! configuration (`--kubelet-config`, with its drop-in directory `--kubelet-config-dir`), what
+//! the kubelet must run with under numa-shim, then CRI-O's configuration files when `crioConfig`
+//! names them (settings that fight numa-shim over cpusets, `crate::crio`) — and prints `OK` with
+//! the warnings, or every error (exit status 1). Reads files only; never binds a socket or talks
+//! to a runtime.
 
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config};
+use crate::cpuset::CpuSet;
+use crate::crio;
+use crate::k8s::Severity;
+use crate::placement::config::{Config as Placement, CpuPolicy, MemoryPolicy};
 use crate::placement::node::Node;
 use crate::topology::Topology;
 
@@ -15,12 +23,21 @@ pub struct Args {
     /// Configuration file (YAML or JSON) [default: only the other flags and defaults].
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Take the resource-manager fields from this KubeletConfiguration file.
+    /// The kubelet's configuration file: checked to run under numa-shim (its managers off, its
+    /// reservations mirroring numa-shim's); its resource-manager fields are used when the
+    /// numa-shim file sets none.
     #[arg(long)]
     pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's drop-in directory (`--config-dir`), merged over `--kubelet-config`.
+    #[arg(long)]
+    pub kubelet_config_dir: Option<PathBuf>,
     /// Topology JSON file or sysfs root to check against [default: the file's, else /sys].
     #[arg(long)]
     pub topology: Option<PathBuf>,
+    /// CRI-O's configuration file (with its `<file>.d` drop-ins) or drop-in directory to check
+    /// [default: the file's `crioConfig`, else none].
+    #[arg(long)]
+    pub crio_config: Option<PathBuf>,
 }
 
 /// What the check found.
@@ -44,7 +61,7 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
 
 /// Loads the files named by `args` and checks them.
 pub fn check_files(args: &Args) -> Findings {
-    let file = match &args.config {
+    let mut file = match &args.config {
         Some(path) => match config::load(path) {
             Ok(file) => file,
             Err(err) => {
@@ -56,28 +73,41 @@ pub fn check_files(args: &Args) -> Findings {
         },
         None => Config::default(),
     };
+    if args.crio_config.is_some() {
+        file.crio_config.clone_from(&args.crio_config);
+    }
     let topology = args
         .topology
         .clone()
         .or_else(|| file.topology.clone())
         .unwrap_or_else(|| PathBuf::from("/sys"));
-    check(&file, args.kubelet_config.as_deref(), &topology)
+    check_kubelet(
+        &file,
+        args.kubelet_config.as_deref(),
+        args.kubelet_config_dir.as_deref(),
+        &topology,
+    )
 }
 
-/// Checks a parsed file: its own keys, then the kubelet fields (from `kubelet_config`, the
-/// file's `kubeletConfig`, or the file itself) resolved against the machine at `topology`.
+/// [`check_kubelet`] without a drop-in directory.
 pub fn check(file: &Config, kubelet_config: Option<&Path>, topology: &Path) -> Findings {
+    check_kubelet(file, kubelet_config, None, topology)
+}
+
+/// Checks a parsed file: its own keys, then the kubelet fields (the file's own, else those of
+/// the kubelet's file `kubelet_config` or `kubeletConfig`) resolved against the machine at
+/// `topology`, then the kubelet's running configuration (that file with the drop-ins of
+/// `kubelet_config_dir` or `kubeletConfigDir`) against numa-shim's settings.
+pub fn check_kubelet(
+    file: &Config,
+    kubelet_config: Option<&Path>,
+    kubelet_config_dir: Option<&Path>,
+    topology: &Path,
+) -> Findings {
     let mut findings = Findings {
         errors: file.validate().iter().map(ToString::to_string).collect(),
-        warnings: Vec::new(),
+        warnings: file.warnings().iter().map(ToString::to_string).collect(),
     };
-    let from_file = kubelet_config.or(file.kubelet_config.as_deref());
-    if let Some(path) = from_file.filter(|_| file.has_kubelet_fields()) {
-        findings.warnings.push(format!(
-            "kubeletConfig: the resource-manager fields in this file are ignored; {} is used",
-            path.display()
-        ));
-    }
     let kubelet = match config::kubelet_fields(file, kubelet_config) {
         Ok(k) => k,
         Err(err) => {
@@ -100,15 +130,63 @@ pub fn check(file: &Config, kubelet_config: Option<&Path>, topology: &Path) -> F
                 .warnings
                 .extend(resolved.warnings.iter().map(ToString::to_string));
             // What `serve` does next: build the decision core (memory tables, CPU pools).
-            if let Err(err) = Node::new(machine, resolved.config) {
-                findings
+            match Node::new(machine.clone(), resolved.config.clone()) {
+                Ok(node) => {
+                    check_crio(file, &node.reserved_cpus(), &mut findings);
+                    if !places(&resolved.config) {
+                        return findings;
+                    }
+                    match config::kubelet_running(file, kubelet_config, kubelet_config_dir) {
+                        Ok(Some(running)) => {
+                            let reserved = node.reserved_cpus();
+                            let conflicts = running.config.conflicts_with(
+                                &resolved.config,
+                                &reserved,
+                                &machine,
+                            );
+                            for f in conflicts {
+                                let line = format!("{f} (kubelet config {})", running.source);
+                                match f.severity {
+                                    Severity::Error => findings.errors.push(line),
+                                    Severity::Warning => findings.warnings.push(line),
+                                }
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(err) => findings.errors.push(err.to_string()),
+                    }
+                }
+                Err(err) => findings
                     .errors
-                    .push(format!("resource manager settings: {err}"));
+                    .push(format!("resource manager settings: {err}")),
             }
         }
         Err(err) => findings.errors.push(err.to_string()),
     }
     findings
+}
+
+/// Whether numa-shim places anything with these settings (else it only relays, and the kubelet's
+/// own managers are what places pods).
+pub fn places(config: &Placement) -> bool {
+    config.cpu_policy != CpuPolicy::None || config.memory_policy != MemoryPolicy::None
+}
+
+/// CRI-O's settings from `crioConfig`: each conflict is a warning (numa-shim still works, but
+/// CRI-O changes what it applied); a file that cannot be read or parsed is an error.
+fn check_crio(file: &Config, reserved: &CpuSet, findings: &mut Findings) {
+    let Some(path) = &file.crio_config else {
+        return;
+    };
+    match crio::load(path) {
+        Ok(settings) => findings.warnings.extend(
+            settings
+                .conflicts(reserved)
+                .iter()
+                .map(|c| format!("crioConfig: {c}")),
+        ),
+        Err(err) => findings.errors.push(format!("crioConfig: {err}")),
+    }
 }
 
 /// `OK` and warnings, or the errors (then the warnings).

@@ -9,19 +9,22 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{self, Config, LogFormat, PodKnowledge};
 use crate::k8s::kubelet_config::KubeletConfiguration;
+use crate::k8s::Severity;
 use crate::knowledge::apiserver::ApiServerOptions;
 use crate::lifecycle::Placer;
 use crate::lifecycle::{self, pool::PoolSettings, SpecSource};
 use crate::placement::config::{CpuPolicy, MemoryPolicy};
 use crate::podresources;
 use crate::relay::{self, Hook, RelayBuilder, SocketOptions};
+use crate::report::{ReportMode, ReportOptions};
 use crate::telemetry::{self, Metrics, Readiness};
 use crate::topology::Topology;
 
+mod crio_check;
 pub mod reload;
 mod sidecar;
 
@@ -50,9 +53,13 @@ pub struct Args {
     /// Configuration file (YAML or JSON).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Take the resource-manager fields from this KubeletConfiguration file.
+    /// The kubelet's configuration file: its resource-manager fields are used when the config
+    /// file sets none, and the kubelet is checked against numa-shim's settings at start.
     #[arg(long)]
     pub kubelet_config: Option<PathBuf>,
+    /// The kubelet's drop-in directory (`--config-dir`), merged over `--kubelet-config`.
+    #[arg(long)]
+    pub kubelet_config_dir: Option<PathBuf>,
     /// Octal mode of the listening socket [default: 0660].
     #[arg(long)]
     pub socket_mode: Option<String>,
@@ -74,8 +81,8 @@ pub struct Args {
     /// Topology JSON file or sysfs root to take the machine from [default: /sys].
     #[arg(long)]
     pub topology: Option<PathBuf>,
-    /// Where pod specs come from [default: pods-api when its socket exists, else apiserver when
-    /// a kubeconfig is given, else cri].
+    /// Where pod specs come from [default: the Pods API whenever its socket is there (picked up
+    /// when it appears), else the API server when a kubeconfig is given, else cri].
     #[arg(long, value_enum)]
     pub pod_knowledge: Option<PodKnowledge>,
     /// The kubelet Pods API socket [default: /var/lib/kubelet/pods-api/pods-api.sock].
@@ -87,6 +94,10 @@ pub struct Args {
     /// This node's name in the API server [default: the hostname].
     #[arg(long)]
     pub node_name: Option<String>,
+    /// What to write to the API server about refused pods [default: events-and-status with
+    /// --pod-knowledge apiserver or a kubeconfig, else none].
+    #[arg(long, value_enum)]
+    pub refusal_reports: Option<ReportMode>,
     /// Address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long)]
     pub metrics_address: Option<String>,
@@ -101,6 +112,10 @@ pub struct Args {
     /// [default: /var/lib/kubelet/pod-resources/kubelet.sock]; `none` never asks.
     #[arg(long)]
     pub kubelet_pod_resources_socket: Option<PathBuf>,
+    /// CRI-O's configuration file (with its `<file>.d` drop-ins) or drop-in directory, checked
+    /// for settings that fight numa-shim over cpusets [default: only CRI-O's Status answer].
+    #[arg(long)]
+    pub crio_config: Option<PathBuf>,
 }
 
 /// Everything `serve` needs, after merging flags, file and defaults.
@@ -116,17 +131,26 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub topology: PathBuf,
     pub spec_source: SpecSource,
+    /// Events and pod status for refused pods; `None` when off.
+    pub reports: Option<ReportOptions>,
     pub metrics_address: Option<SocketAddr>,
     pub drift_period: Duration,
     pub kubelet: KubeletConfiguration,
+    /// The kubelet's configuration as it runs, when given (checked against numa-shim's at start).
+    pub kubelet_running: Option<config::KubeletRunning>,
     /// The PodResources server; `None` when turned off.
     pub pod_resources: Option<podresources::Options>,
+    /// CRI-O's configuration to check at start (`crate::crio`); `None`: its Status answer only.
+    pub crio_config: Option<PathBuf>,
 }
 
 /// Runs the command.
 pub fn run(args: Args) -> Result<(), super::CliError> {
     let settings = load_settings(&args)?;
     telemetry::logging::init(settings.log_format, settings.log_level.as_deref())?;
+    for warning in config_warnings(&args) {
+        warn!(warning = %warning, "configuration");
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
@@ -150,6 +174,16 @@ pub fn load_settings(args: &Args) -> Result<Settings, super::CliError> {
         return Err(format!("invalid configuration: {}", list.join("; ")).into());
     }
     settings(args, &merged, Path::new("/"))
+}
+
+/// The warnings `check-config` would show for the merged configuration (logged at start).
+pub fn config_warnings(args: &Args) -> Vec<String> {
+    let file = match &args.config {
+        Some(path) => config::load(path).unwrap_or_default(),
+        None => Config::default(),
+    };
+    let merged = with_flags(args, file);
+    merged.warnings().iter().map(ToString::to_string).collect()
 }
 
 /// `file` with every flag given on the command line in place of its key.
@@ -178,6 +212,8 @@ fn with_flags(args: &Args, mut file: Config) -> Config {
         &args.kubelet_pod_resources_socket,
     );
     set(&mut file.kubelet_config, &args.kubelet_config);
+    set(&mut file.kubelet_config_dir, &args.kubelet_config_dir);
+    set(&mut file.crio_config, &args.crio_config);
     // A flag wins over both spellings of the log keys.
     if args.log_format.is_some() {
         file.log_format = args.log_format;
@@ -223,13 +259,30 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
         .metrics(metrics.clone());
     match options {
         Some(options) => {
-            let started = lifecycle::start(options, settings.runtime.clone(), metrics).await?;
+            // Start-up waits for the runtime (and recovers from it): a stop asked for meanwhile
+            // ends numa-shim instead of waiting for a runtime that may never answer.
+            let start = lifecycle::start(options, settings.runtime.clone(), metrics);
+            let started = tokio::select! {
+                started = start => started?,
+                () = stopped(stop_rx.clone()) => {
+                    info!("stopped during start-up, before serving");
+                    return Ok(());
+                }
+            };
             let _ = slot.set(started.placer.clone());
+            let placer = started.placer.clone();
+            readiness.add_check(Arc::new(move || placer.state_problem()));
+            let reserved = started.placer.registry().node().reserved_cpus();
+            tokio::spawn(crio_check::warn_about_crio(
+                settings.runtime.clone(),
+                settings.crio_config.clone(),
+                reserved,
+            ));
             if let Some(options) = &settings.pod_resources {
                 start_pod_resources(options, started.placer.clone(), stop_rx.clone()).await?;
             }
             run_relay(builder.hook(started.hook.clone()), &readiness, stop_rx).await?;
-            started.stop();
+            started.shutdown().await;
         }
         None => {
             info!("cpuManagerPolicy and memoryManagerPolicy are none: relaying without placement");
@@ -295,6 +348,9 @@ pub fn placement_options(
     if config.cpu_policy == CpuPolicy::None && config.memory_policy == MemoryPolicy::None {
         return Ok(None);
     }
+    if let Some(running) = &settings.kubelet_running {
+        warn_about_kubelet(running, &topology, &config);
+    }
     let pool = PoolSettings {
         drift_period: settings.drift_period,
         ..PoolSettings::default()
@@ -304,9 +360,39 @@ pub fn placement_options(
         config,
         state_dir: settings.state_dir.clone(),
         spec_source: settings.spec_source.clone(),
+        reports: settings.reports.clone(),
         pool,
         runtime_wait: None,
     }))
+}
+
+/// Logs, loudly, what the kubelet's configuration gets wrong under numa-shim (its own managers on,
+/// reservations that do not mirror numa-shim's): `serve` still starts, `check-config` refuses.
+fn warn_about_kubelet(
+    running: &config::KubeletRunning,
+    topology: &Topology,
+    config: &crate::placement::Config,
+) {
+    let Ok(node) = crate::placement::node::Node::new(topology.clone(), config.clone()) else {
+        return;
+    };
+    let reserved = node.reserved_cpus();
+    for finding in running.config.conflicts_with(config, &reserved, topology) {
+        match finding.severity {
+            Severity::Error => error!(
+                kubelet_config = %running.source,
+                field = finding.field,
+                problem = %finding.message,
+                "THE KUBELET IS NOT SET UP FOR NUMA-SHIM: fix its configuration"
+            ),
+            Severity::Warning => warn!(
+                kubelet_config = %running.source,
+                field = finding.field,
+                problem = %finding.message,
+                "kubelet configuration"
+            ),
+        }
+    }
 }
 
 /// Merges flags over the config file over defaults; `root` is where runtime sockets are probed.
@@ -366,6 +452,7 @@ pub fn settings(
             .or_else(|| file.topology.clone())
             .unwrap_or_else(|| root.join("sys")),
         spec_source: spec_source(args, file, root)?,
+        reports: reports(args, file, root)?,
         metrics_address: match args
             .metrics_address
             .as_deref()
@@ -386,7 +473,16 @@ pub fn settings(
             None => PoolSettings::default().drift_period,
         },
         kubelet: config::kubelet_fields(file, args.kubelet_config.as_deref())?,
+        kubelet_running: config::kubelet_running(
+            file,
+            args.kubelet_config.as_deref(),
+            args.kubelet_config_dir.as_deref(),
+        )?,
         pod_resources,
+        crio_config: args
+            .crio_config
+            .clone()
+            .or_else(|| file.crio_config.clone()),
     })
 }
 
@@ -418,6 +514,33 @@ fn pod_resources(
     Ok(Some(options))
 }
 
+/// Refusal reports: on by default wherever numa-shim is given the API server for pod specs.
+fn reports(
+    args: &Args,
+    file: &Config,
+    root: &Path,
+) -> Result<Option<ReportOptions>, super::CliError> {
+    let kubeconfig = args.kubeconfig.clone().or_else(|| file.kubeconfig.clone());
+    let from_api_server = matches!(spec_source(args, file, root)?, SpecSource::ApiServer(_));
+    let default = if from_api_server || kubeconfig.is_some() {
+        ReportMode::EventsAndStatus
+    } else {
+        ReportMode::None
+    };
+    let mode = args
+        .refusal_reports
+        .or(file.refusal_reports)
+        .unwrap_or(default);
+    if mode == ReportMode::None {
+        return Ok(None);
+    }
+    let node_name = args.node_name.clone().or_else(|| file.node_name.clone());
+    Ok(Some(ReportOptions {
+        mode,
+        api: ApiServerOptions::new(kubeconfig, node_name)?,
+    }))
+}
+
 fn spec_source(args: &Args, file: &Config, root: &Path) -> Result<SpecSource, super::CliError> {
     let socket = args
         .pods_api_socket
@@ -438,9 +561,18 @@ fn spec_source(args: &Args, file: &Config, root: &Path) -> Result<SpecSource, su
         Some(PodKnowledge::Cri) => SpecSource::CriOnly,
         Some(PodKnowledge::PodsApi) => SpecSource::PodsApi(socket),
         Some(PodKnowledge::Apiserver) => api_server()?,
-        None if socket.exists() => SpecSource::PodsApi(socket),
-        None if kubeconfig.is_some() => api_server()?,
-        None => SpecSource::CriOnly,
+        // The kubelet makes its Pods API socket when it starts, usually after numa-shim: watch
+        // for it rather than deciding once.
+        None => SpecSource::Auto {
+            pods_api: socket,
+            api_server: match kubeconfig {
+                Some(_) => match api_server()? {
+                    SpecSource::ApiServer(options) => Some(options),
+                    _ => None,
+                },
+                None => None,
+            },
+        },
     })
 }
 
@@ -553,12 +685,22 @@ mod tests {
             let options = ApiServerOptions::new(kubeconfig.map(PathBuf::from), Some(node.into()));
             SpecSource::ApiServer(options.unwrap())
         };
-        // A kubeconfig alone selects the API server when no Pods API socket exists.
+        // Without podKnowledge: the Pods API whenever it is there, then the API server.
+        let auto = |kubeconfig: Option<&str>, node: &str| SpecSource::Auto {
+            pods_api: root.join("var/lib/kubelet/pods-api/pods-api.sock"),
+            api_server: match expect(kubeconfig, node) {
+                SpecSource::ApiServer(o) => Some(o),
+                _ => None,
+            },
+        };
         let s = settings(&args(), &file, root).unwrap();
-        assert_eq!(s.spec_source, expect(Some("/file.kubeconfig"), "file-node"));
+        assert_eq!(s.spec_source, auto(Some("/file.kubeconfig"), "file-node"));
         let mut a = args();
         a.kubeconfig = Some("/flag.kubeconfig".into());
         a.node_name = Some("flag-node".into());
+        let s = settings(&a, &file, root).unwrap();
+        assert_eq!(s.spec_source, auto(Some("/flag.kubeconfig"), "flag-node"));
+        a.pod_knowledge = Some(PodKnowledge::Apiserver);
         let s = settings(&a, &file, root).unwrap();
         assert_eq!(s.spec_source, expect(Some("/flag.kubeconfig"), "flag-node"));
         a.pod_knowledge = Some(PodKnowledge::Cri);
@@ -573,6 +715,56 @@ mod tests {
         };
         let s = settings(&args(), &in_cluster, root).unwrap();
         assert_eq!(s.spec_source, expect(None, "file-node"));
+    }
+
+    #[test]
+    fn refusal_reports_follow_the_api_server_unless_set() {
+        let file = Config {
+            runtime: Some("unix:///rt.sock".into()),
+            node_name: Some("n1".into()),
+            ..Config::default()
+        };
+        let root = std::path::Path::new("/nonexistent");
+        let api = |kubeconfig: Option<&str>| {
+            ApiServerOptions::new(kubeconfig.map(PathBuf::from), Some("n1".into())).unwrap()
+        };
+        // No API server in sight: nothing is written.
+        assert_eq!(settings(&args(), &file, root).unwrap().reports, None);
+        // A kubeconfig: Events and status through it.
+        let with_kubeconfig = Config {
+            kubeconfig: Some("/k.conf".into()),
+            ..file.clone()
+        };
+        let s = settings(&args(), &with_kubeconfig, root).unwrap();
+        assert_eq!(
+            s.reports,
+            Some(ReportOptions {
+                mode: ReportMode::EventsAndStatus,
+                api: api(Some("/k.conf"))
+            })
+        );
+        // podKnowledge: apiserver in a pod: the in-cluster config.
+        let in_cluster = Config {
+            pod_knowledge: Some(PodKnowledge::Apiserver),
+            ..file.clone()
+        };
+        let s = settings(&args(), &in_cluster, root).unwrap();
+        assert_eq!(s.reports.unwrap().api, api(None));
+        // Pod specs from the Pods API, reports asked for explicitly.
+        let events = Config {
+            pod_knowledge: Some(PodKnowledge::PodsApi),
+            refusal_reports: Some(ReportMode::Events),
+            ..file.clone()
+        };
+        let s = settings(&args(), &events, root).unwrap();
+        assert_eq!(s.reports.unwrap().mode, ReportMode::Events);
+        // Off by flag, over the file.
+        let mut a = args();
+        a.refusal_reports = Some(ReportMode::None);
+        assert_eq!(settings(&a, &with_kubeconfig, root).unwrap().reports, None);
+        let text = "refusalReports: events-and-status\nruntime: unix:///rt.sock\n";
+        let parsed: Config = serde_yaml_ng::from_str(text).unwrap();
+        assert_eq!(parsed.refusal_reports, Some(ReportMode::EventsAndStatus));
     }
 
     #[test]

@@ -60,6 +60,7 @@ impl Config {
             opt(self.pods_api_socket.as_deref(), absolute),
         );
         check("kubeconfig", opt(self.kubeconfig.as_deref(), not_empty));
+        check("crioConfig", opt(self.crio_config.as_deref(), absolute));
         check("nodeName", opt(self.node_name.as_deref(), node_name));
         check(
             "podResourcesSocket",
@@ -95,6 +96,19 @@ impl Config {
             opt(self.kubelet_config.as_deref(), not_empty),
         );
         check(
+            "kubeletConfigDir",
+            opt(self.kubelet_config_dir.as_deref(), |dir| {
+                not_empty(dir)?;
+                match self.kubelet_config {
+                    Some(_) => Ok(()),
+                    None => Err(
+                        "needs kubeletConfig, the kubelet's main file it is merged over"
+                            .to_string(),
+                    ),
+                }
+            }),
+        );
+        check(
             "apiVersion",
             opt(self.kubelet.api_version.as_deref(), |v| {
                 expect(v, KUBELET_API_VERSION)
@@ -109,8 +123,29 @@ impl Config {
         errors
     }
 
+    /// What is allowed but deserves a word (`check-config` and `serve` show them): each names
+    /// the key first, like the errors.
+    pub fn warnings(&self) -> Vec<FieldError> {
+        let mut warnings = Vec::new();
+        let exposed = self
+            .metrics_address
+            .as_deref()
+            .and_then(|t| t.parse::<SocketAddr>().ok())
+            .filter(|a| !a.ip().is_loopback());
+        if let Some(addr) = exposed {
+            warnings.push(FieldError {
+                field: "metricsAddress",
+                reason: format!(
+                    "{addr} is not loopback: /placement names every pod and container and \
+                     /metrics counts them, without authentication, to anyone who can reach it"
+                ),
+            });
+        }
+        warnings
+    }
+
     /// Whether the file carries kubelet resource-manager fields of its own (besides
-    /// `apiVersion`/`kind`), which `kubeletConfig` would shadow.
+    /// `apiVersion`/`kind`); then `kubeletConfig`'s are not used.
     pub fn has_kubelet_fields(&self) -> bool {
         let mut own = self.kubelet.clone();
         own.api_version = None;

@@ -7,7 +7,6 @@ use super::PodView;
 use super::{ContainerRef, ContainerView, CpuView, MemoryView, NumaView, Owner, PlacementView};
 use crate::cpuset::CpuSet;
 use crate::lifecycle::Registry;
-use crate::lifecycle::Source;
 use crate::placement::memory::MEMORY;
 use crate::placement::node::{Isolation, Node};
 use crate::topology::Topology;
@@ -107,6 +106,36 @@ impl PlacementView {
                     memory_nodes: c.cpuset_mems(),
                 });
             }
+            // Containers the decision core does not list (held after a restart without their
+            // pod's spec, or not in the spec at all): as recorded, where they should run now.
+            let listed: Vec<String> = containers.iter().map(|c| c.name.clone()).collect();
+            for (id, c) in registry
+                .containers()
+                .iter()
+                .filter(|(_, c)| &c.pod_uid == uid && !listed.contains(&c.name))
+            {
+                let cpus = registry.desired(c).unwrap_or_else(|| c.cpus.clone());
+                if c.exclusive {
+                    for cpu in cpus.iter() {
+                        exclusive.entry(cpu).or_default().push(ContainerRef {
+                            pod: key.clone(),
+                            container: c.name.clone(),
+                        });
+                    }
+                }
+                let pool = match (c.exclusive, c.pinned) {
+                    (true, _) => Isolation::Container,
+                    (false, true) => Isolation::Pod,
+                    (false, false) => Isolation::Host,
+                };
+                containers.push(ContainerView {
+                    name: c.name.clone(),
+                    id: Some(id.clone()),
+                    cpus: cpus.to_list(),
+                    pool: pool_name(pool).to_string(),
+                    memory_nodes: c.mems.clone(),
+                });
+            }
             let bubble = placement.as_ref().and_then(|p| p.cpus.clone());
             for cpu in bubble.iter().flat_map(CpuSet::iter) {
                 pod_pool.insert(cpu, key.clone());
@@ -120,7 +149,7 @@ impl PlacementView {
                 uid: uid.clone(),
                 namespace: record.spec.namespace.clone(),
                 name: record.spec.name.clone(),
-                source: source_name(record.source).to_string(),
+                source: record.source_name().to_string(),
                 sandbox_id: record.sandbox_id.clone(),
                 cpus: bubble.as_ref().map(CpuSet::to_list),
                 memory_nodes: (!memory_nodes.is_empty()).then(|| memory_nodes.to_list()),
@@ -128,7 +157,7 @@ impl PlacementView {
             });
         }
         let reserved = node.reserved_cpus();
-        let shared = node.shared_cpus();
+        let shared = node.unpinned_cpus();
         let mut numa = numa_nodes(node.topology(), &reserved, &shared, &exclusive, &pod_pool);
         for n in &mut numa {
             n.memory = memory(node, n.id);
@@ -138,6 +167,8 @@ impl PlacementView {
             shared_cpus: shared.to_list(),
             numa_nodes: numa,
             pods,
+            refused: Vec::new(),
+            pod_knowledge: Vec::new(),
         }
     }
 }
@@ -182,13 +213,5 @@ fn pool_name(isolation: Isolation) -> &'static str {
         Isolation::Container => "exclusive",
         Isolation::Pod => "pod-shared",
         Isolation::Host => "node-shared",
-    }
-}
-
-fn source_name(source: Source) -> &'static str {
-    match source {
-        Source::Spec => "spec",
-        Source::Inferred => "inferred",
-        Source::Adopted => "adopted",
     }
 }

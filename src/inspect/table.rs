@@ -35,6 +35,35 @@ pub fn render_table(view: &PlacementView) -> String {
             );
         }
     }
+    if !view.refused.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<40} {:<24} {:>8}  MESSAGE",
+            "REFUSED POD (kubelet retrying)", "REASON", "REFUSALS"
+        );
+        for r in &view.refused {
+            let _ = writeln!(
+                out,
+                "{:<40} {:<24} {:>8}  {}",
+                format!("{}/{}", r.namespace, r.name),
+                r.reason,
+                r.count,
+                r.message
+            );
+        }
+    }
+    if !view.pod_knowledge.is_empty() {
+        let links: Vec<String> = view
+            .pod_knowledge
+            .iter()
+            .map(|k| format!("{} {}", k.source, k.link))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\npod specs from: {} (else inferred from CRI)",
+            links.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
         "\nreserved CPUs {}  shared CPUs {}\n",

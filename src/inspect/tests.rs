@@ -47,6 +47,8 @@ fn view() -> PlacementView {
         shared_cpus: shared.to_list(),
         numa_nodes: numa_nodes(&machine(), &reserved, &shared, &exclusive, &pod_pool),
         pods: Vec::new(),
+        refused: Vec::new(),
+        pod_knowledge: Vec::new(),
     }
 }
 
@@ -105,7 +107,7 @@ fn table_marks_every_cpu() {
 #[test]
 fn pools_are_published_per_numa_node() {
     let metrics = crate::telemetry::Metrics::new();
-    publish_pool_counts(&view_pool_counts(&view()), &metrics);
+    crate::lifecycle::gauges::publish_pool_counts(&view_pool_counts(&view()), &metrics);
     let text = metrics.render();
     assert!(
         text.contains(r#"numa_shim_pool_cpus{numa_node="0",pool="pod"} 2"#),
@@ -153,4 +155,34 @@ fn write_sample_svg() {
     if let Ok(path) = std::env::var("NUMA_SHIM_SVG_OUT") {
         std::fs::write(path, render_svg(&view())).unwrap();
     }
+}
+
+#[test]
+fn refused_pods_and_pod_spec_sources_are_listed() {
+    let mut v = view();
+    v.refused = vec![crate::lifecycle::refusals::RefusalView {
+        uid: "u".into(),
+        namespace: "default".into(),
+        name: "empty-shared-pool".into(),
+        reason: "TopologyAffinityError".into(),
+        message: "Resources cannot be allocated with Topology locality".into(),
+        count: 7,
+        first_refused: 1,
+        last_refused: 2,
+    }];
+    v.pod_knowledge = vec![super::KnowledgeView {
+        source: "pods-api".into(),
+        link: "live".into(),
+    }];
+    let table = render_table(&v);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("default/empty-shared-pool"))
+        .unwrap();
+    assert!(line.contains("TopologyAffinityError"), "{line}");
+    assert!(line.contains(" 7  Resources cannot be allocated"), "{line}");
+    assert!(table.contains("pod specs from: pods-api live"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&v.to_json()).unwrap();
+    assert_eq!(json["refused"][0]["count"], 7);
+    assert_eq!(json["podKnowledge"][0]["link"], "live");
 }

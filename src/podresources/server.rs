@@ -16,6 +16,7 @@ use tonic::server::NamedService;
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::StreamExt as _;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 use tracing::debug;
@@ -32,6 +33,46 @@ use pr::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServ
 
 /// Largest message sent or accepted (the kubelet's `podresources.DefaultMaxMsgSize`, 16 MiB).
 pub const MAX_MESSAGE: usize = 16 << 20;
+
+/// Why the server answers a call with an error instead of resources. The one place these
+/// become gRPC statuses is [`AnswerError::status`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AnswerError {
+    /// Over the kubelet's rate limit (its message: clients know it and back off).
+    #[error("{RATE_LIMIT_MESSAGE}")]
+    RateLimited { method: &'static str },
+    /// `Get` of a pod numa-shim does not know (the kubelet's message).
+    #[error("pod {name} in namespace {namespace} not found")]
+    NotFound { name: String, namespace: String },
+    /// A `List` answer larger than the message limit.
+    #[error("numa-shim: List answer is {size} bytes, over the {limit}-byte message limit")]
+    TooLarge { size: usize, limit: usize },
+    /// The published `List` bytes did not decode (they are numa-shim's own encoding).
+    #[error("numa-shim: {0}")]
+    Published(#[from] prost::DecodeError),
+}
+
+impl AnswerError {
+    /// The status the client gets: RESOURCE_EXHAUSTED for the rate limit (the kubelet's code),
+    /// NOT_FOUND, OUT_OF_RANGE for an answer too large to send (the code tonic gives a message
+    /// it cannot encode; RESOURCE_EXHAUSTED would read as the rate limit, which a client
+    /// retries), INTERNAL for numa-shim's own bytes.
+    pub fn status(&self) -> Status {
+        let code = match self {
+            Self::RateLimited { .. } => tonic::Code::ResourceExhausted,
+            Self::NotFound { .. } => tonic::Code::NotFound,
+            Self::TooLarge { .. } => tonic::Code::OutOfRange,
+            Self::Published(_) => tonic::Code::Internal,
+        };
+        Status::new(code, self.to_string())
+    }
+}
+
+impl From<AnswerError> for Status {
+    fn from(err: AnswerError) -> Self {
+        err.status()
+    }
+}
 
 /// The service over a registry source.
 #[derive(Debug)]
@@ -68,7 +109,7 @@ impl<S: RegistrySource> PodResourcesService<S> {
     /// The `List` answer (no rate limit), decoded: what `List` sends.
     pub async fn list_pods(&self) -> Result<pr::ListPodResourcesResponse, Status> {
         let framed = self.list_framed().await?;
-        published::decode(&framed).map_err(|e| Status::internal(format!("numa-shim: {e}")))
+        Ok(published::decode(&framed).map_err(AnswerError::from)?)
     }
 
     /// The `List` answer (no rate limit) as a framed gRPC message: the published bytes, or,
@@ -83,8 +124,7 @@ impl<S: RegistrySource> PodResourcesService<S> {
         let Some(theirs) = kubelet.list().await.filter(list_has_extras) else {
             return Ok(ours);
         };
-        let mut response =
-            published::decode(&ours).map_err(|e| Status::internal(format!("numa-shim: {e}")))?;
+        let mut response = published::decode(&ours).map_err(AnswerError::from)?;
         merge_list(&mut response, &theirs);
         Ok(published::frame(&response))
     }
@@ -106,7 +146,7 @@ impl<S: RegistrySource> PodResourcesService<S> {
             Ok(())
         } else {
             debug!(method, "pod-resources call rejected by rate limit");
-            Err(Status::resource_exhausted(RATE_LIMIT_MESSAGE))
+            Err(AnswerError::RateLimited { method }.into())
         }
     }
 }
@@ -147,7 +187,10 @@ impl<S: RegistrySource> PodResourcesLister for PodResourcesService<S> {
         let entry = self
             .source
             .with_registry(|r| Snapshot::capture_pod(r, &req.pod_namespace, &req.pod_name))
-            .ok_or_else(|| Status::not_found(not_found(&req.pod_name, &req.pod_namespace)))?;
+            .ok_or_else(|| AnswerError::NotFound {
+                name: req.pod_name.clone(),
+                namespace: req.pod_namespace.clone(),
+            })?;
         let mut pod = pod_resources(&entry);
         if let Some(kubelet) = &self.kubelet {
             if let Some(theirs) = kubelet.get(&req.pod_namespace, &req.pod_name).await {
@@ -162,18 +205,18 @@ impl<S: RegistrySource> PodResourcesLister for PodResourcesService<S> {
 
 /// The kubelet's message for `Get` of an unknown pod.
 pub fn not_found(name: &str, namespace: &str) -> String {
-    format!("pod {name} in namespace {namespace} not found")
+    AnswerError::NotFound {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+    }
+    .to_string()
 }
 
-/// A framed answer larger than the 16 MiB limit is refused with OUT_OF_RANGE, the code tonic
-/// gives a message it cannot encode (RESOURCE_EXHAUSTED would read as the rate limit, which a
-/// client retries).
+/// A framed answer larger than the 16 MiB limit is refused ([`AnswerError::TooLarge`]).
 fn within_limit(framed: Bytes, limit: usize) -> Result<Bytes, Status> {
     let size = framed.len().saturating_sub(crate::relay::grpc::PREFIX);
     if size > limit {
-        return Err(Status::out_of_range(format!(
-            "numa-shim: List answer is {size} bytes, over the {limit}-byte message limit"
-        )));
+        return Err(AnswerError::TooLarge { size, limit }.into());
     }
     Ok(framed)
 }
@@ -248,9 +291,13 @@ pub async fn serve<S: RegistrySource>(
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let svc = Routed { service, generated };
+    // The same `:authority` filter as the CRI socket: grpc C-core and grpc-java clients send
+    // the socket path, which h2 (under tonic) would refuse.
+    let incoming = UnixListenerStream::new(listener)
+        .map(|accepted| accepted.map(crate::relay::AuthorityFilter::new));
     Server::builder()
         .add_service(svc)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     Ok(())
 }
@@ -266,5 +313,46 @@ mod tests {
         let err = within_limit(framed, 10).unwrap_err();
         assert_eq!(err.code(), tonic::Code::OutOfRange);
         assert!(err.message().contains("11 bytes"), "{}", err.message());
+    }
+
+    /// Every error the server answers with, and the code and words the client gets.
+    #[test]
+    fn every_answer_error_maps_to_one_status() {
+        use prost::Message;
+        let decode =
+            crate::proto::podresources::v1::ListPodResourcesResponse::decode(&[0x0a, 0x05][..])
+                .unwrap_err();
+        let cases = [
+            (
+                AnswerError::RateLimited { method: "List" },
+                tonic::Code::ResourceExhausted,
+                RATE_LIMIT_MESSAGE.to_string(),
+            ),
+            (
+                AnswerError::NotFound {
+                    name: "web".into(),
+                    namespace: "default".into(),
+                },
+                tonic::Code::NotFound,
+                "pod web in namespace default not found".to_string(),
+            ),
+            (
+                AnswerError::TooLarge {
+                    size: 11,
+                    limit: 10,
+                },
+                tonic::Code::OutOfRange,
+                "numa-shim: List answer is 11 bytes, over the 10-byte message limit".to_string(),
+            ),
+            (
+                AnswerError::Published(decode.clone()),
+                tonic::Code::Internal,
+                format!("numa-shim: {decode}"),
+            ),
+        ];
+        for (err, code, message) in cases {
+            let status = err.status();
+            assert_eq!((status.code(), status.message()), (code, message.as_str()));
+        }
     }
 }

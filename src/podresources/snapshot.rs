@@ -10,6 +10,7 @@ use crate::lifecycle::registry::{ContainerRecord, PodRecord, PLACEHOLDER};
 use crate::lifecycle::{Placer, Registry};
 use crate::placement::memory::Block;
 use crate::placement::node::Node;
+use crate::placement::qos::is_container_equivalent_guaranteed;
 use crate::placement::ContainerRole;
 
 /// Everything PodResources answers with, as of one instant.
@@ -202,10 +203,16 @@ impl PodEntry {
             .filter(|c| c.role == ContainerRole::Sidecar)
             .chain(&spec.containers)
             .filter(|c| c.name != PLACEHOLDER);
+        // The kubelet reports a container's memory only when it is the container's own
+        // (isolation level `container`): a pod-pool container's is the pod's, listed once.
+        let pod_level = spec.resources.is_some() && node.config().gates.pod_level_resource_managers;
         for c in listable {
             listed.insert(c.name.as_str());
             let applied = recorded.iter().rev().find(|r| r.name == c.name).copied();
-            let blocks = memory.container_blocks(&spec.uid, &c.name);
+            let own_memory = !pod_level || is_container_equivalent_guaranteed(c);
+            let blocks = memory
+                .container_blocks(&spec.uid, &c.name)
+                .filter(|_| own_memory);
             containers.push(spec_container(node, &spec.uid, &c.name, applied, blocks));
         }
         // Regular init containers are not listed (kubelet), neither are they "extra".

@@ -50,9 +50,29 @@ pub enum HttpError {
     LocalAddr(#[source] io::Error),
 }
 
-/// The readiness flag behind `/readyz`. Clones share the flag.
-#[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+/// What `/readyz` answers: ready once start-up marked it so and while no check reports a
+/// problem (each check returns why it is not ready, e.g. the state cannot be written). Clones
+/// share the flag and the checks.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<ReadinessInner>);
+
+/// A readiness condition: `Some(reason)` while it is not met.
+pub type ReadinessCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+#[derive(Default)]
+struct ReadinessInner {
+    ready: AtomicBool,
+    checks: std::sync::Mutex<Vec<ReadinessCheck>>,
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readiness")
+            .field("ready", &self.0.ready.load(Ordering::Acquire))
+            .field("problems", &self.problems())
+            .finish()
+    }
+}
 
 /// Answers `GET /placement`: the JSON body, or `None` while placement is not running yet.
 pub type PlacementProvider = Arc<dyn Fn() -> Option<String> + Send + Sync>;
@@ -87,19 +107,38 @@ impl Readiness {
         Self::default()
     }
 
-    /// Start-up reconciliation is done: `/readyz` answers 200 from now on.
+    /// Start-up reconciliation is done: `/readyz` answers 200 from now on (while every check
+    /// passes).
     pub fn mark_ready(&self) {
-        self.0.store(true, Ordering::Release);
+        self.0.ready.store(true, Ordering::Release);
     }
 
     /// `/readyz` answers 503 again (e.g. while re-reconciling after losing the runtime).
     pub fn mark_not_ready(&self) {
-        self.0.store(false, Ordering::Release);
+        self.0.ready.store(false, Ordering::Release);
+    }
+
+    /// Adds a condition `/readyz` asks on every request.
+    pub fn add_check(&self, check: ReadinessCheck) {
+        self.lock_checks().push(check);
+    }
+
+    /// Why the checks say not ready, in the order they were added.
+    pub fn problems(&self) -> Vec<String> {
+        let checks = self.lock_checks().clone();
+        checks.iter().filter_map(|check| check()).collect()
     }
 
     /// Whether `/readyz` answers 200.
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.ready.load(Ordering::Acquire) && self.problems().is_empty()
+    }
+
+    fn lock_checks(&self) -> std::sync::MutexGuard<'_, Vec<ReadinessCheck>> {
+        self.0
+            .checks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -220,10 +259,28 @@ fn route(state: &State, method: &Method, path: &str) -> Response<Full<Bytes>> {
         }
         "/placement" => placement(state.placement.as_ref()),
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if state.readiness.is_ready() => text(StatusCode::OK, "ok\n"),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/readyz" => readyz(&state.readiness),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// 200 "ok", 503 "not ready" before start-up is done, or 503 with each failing check's reason.
+fn readyz(readiness: &Readiness) -> Response<Full<Bytes>> {
+    if !readiness.0.ready.load(Ordering::Acquire) {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n");
+    }
+    let problems = readiness.problems();
+    if problems.is_empty() {
+        return text(StatusCode::OK, "ok\n");
+    }
+    let mut body = String::from("not ready:\n");
+    for problem in problems {
+        body.push_str(&problem);
+        body.push('\n');
+    }
+    let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "");
+    *response.body_mut() = Full::new(Bytes::from(body));
+    response
 }
 
 fn placement(provider: Option<&PlacementProvider>) -> Response<Full<Bytes>> {

@@ -63,7 +63,26 @@ pub struct Metrics {
     checkpoint_writes: ScalarFamily,
     checkpoint_failures: ScalarFamily,
     runtime_connected: ScalarFamily,
+    pods: ScalarFamily,
+    pod_refusals: ScalarFamily,
+    apiserver_watch: ScalarFamily,
+    refusal_reports: ScalarFamily,
     build_info: ScalarFamily,
+    collectors: Collectors,
+}
+
+/// Reads counters another task keeps (as atomics) into their families; run at each render.
+type Collector = Box<dyn Fn(&Metrics) + Send + Sync>;
+
+/// The collectors [`Metrics::on_render`] added.
+#[derive(Default)]
+struct Collectors(std::sync::Mutex<Vec<Collector>>);
+
+impl std::fmt::Debug for Collectors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |c| c.len());
+        write!(f, "Collectors({n})")
+    }
 }
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
@@ -83,6 +102,10 @@ const METHOD: &[&str] = &["method"];
 const NUMA_POOL: &[&str] = &["numa_node", "pool"];
 const RESOURCE: &[&str] = &["resource_name"];
 const VERSION: &[&str] = &["version"];
+const SOURCE: &[&str] = &["source"];
+const REFUSAL: &[&str] = &["message", "namespace", "pod", "reason"];
+const WHAT: &[&str] = &["what"];
+const OUTCOME: &[&str] = &["outcome"];
 
 impl ResourceName {
     /// All values, for pre-creating series.
@@ -204,11 +227,38 @@ impl Metrics {
                 "1 while the container runtime answers, 0 otherwise.",
                 &[],
             ),
+            pods: ScalarFamily::gauge(
+                "numa_shim_pods",
+                "Pods numa-shim holds, by where their spec came from: pods-api, apiserver, \
+                 inferred (from CRI alone) or adopted (found running at start-up).",
+                SOURCE,
+            ),
+            pod_refusals: ScalarFamily::counter(
+                "numa_shim_pod_refusals_total",
+                "RunPodSandbox calls refused for each pod refused now, with the kubelet's reason \
+                 and message; the kubelet retries a refused pod every 10-15 s.",
+                REFUSAL,
+            ),
+            apiserver_watch: ScalarFamily::counter(
+                "numa_shim_apiserver_watch_total",
+                "The API server pod watcher (podKnowledge: apiserver): lists completed, watches \
+                 accepted, events and bookmarks received, resourceVersions expired (410 Gone, each \
+                 followed by a re-list), failed requests.",
+                WHAT,
+            ),
+            refusal_reports: ScalarFamily::counter(
+                "numa_shim_refusal_reports_total",
+                "Refusal reports written to the API server (refusalReports), by outcome: event \
+                 (created), repeat (its count bumped), status (pod ended Failed), skipped (pod gone \
+                 or replaced), failure (a write failed for good), dropped (queue full).",
+                OUTCOME,
+            ),
             build_info: ScalarFamily::gauge(
                 "numa_shim_build_info",
                 "Always 1, labelled with the numa-shim version.",
                 VERSION,
             ),
+            collectors: Collectors::default(),
         };
         metrics.initialise();
         metrics
@@ -305,10 +355,33 @@ impl Metrics {
         }
     }
 
+    /// Number of state checkpoint writes attempted so far (for tests and status output).
+    pub fn checkpoint_writes(&self) -> u64 {
+        self.checkpoint_writes.get(&[]).unwrap_or(0.0) as u64
+    }
+
     /// Whether the container runtime currently answers.
     pub fn set_runtime_connected(&self, connected: bool) {
         self.runtime_connected
             .set(&[], if connected { 1.0 } else { 0.0 });
+    }
+
+    /// Replaces the pods-by-source gauge: (source, pods).
+    pub fn set_pods_by_source(&self, rows: &[(&str, u64)]) {
+        self.pods.replace(
+            rows.iter()
+                .map(|(source, n)| (vec![source.to_string()], *n as f64)),
+        );
+    }
+
+    /// Replaces the refusal counters with the pods refused now: (namespace, pod, reason,
+    /// message, refusals).
+    pub fn replace_refusals(&self, rows: &[(&str, &str, &str, &str, u64)]) {
+        self.pod_refusals
+            .replace(rows.iter().map(|(namespace, pod, reason, message, n)| {
+                let key = [message, namespace, pod, reason].map(|v| v.to_string());
+                (key.to_vec(), *n as f64)
+            }));
     }
 
     /// Number of relayed calls recorded for `method` (for tests and status output).
@@ -323,7 +396,37 @@ impl Metrics {
     }
 
     /// Everything in the Prometheus text format ([`CONTENT_TYPE`]).
+    /// Runs `collector` before each render, to copy counters kept elsewhere into their
+    /// families (e.g. [`Self::set_apiserver_watch`]).
+    pub fn on_render(&self, collector: impl Fn(&Metrics) + Send + Sync + 'static) {
+        if let Ok(mut all) = self.collectors.0.lock() {
+            all.push(Box::new(collector));
+        }
+    }
+
+    /// Replaces the API server watcher's counters: (what, count) with what one of `list`,
+    /// `watch`, `event`, `bookmark`, `expired`, `error`.
+    pub fn set_apiserver_watch(&self, rows: &[(&str, u64)]) {
+        self.apiserver_watch.replace(
+            rows.iter()
+                .map(|(what, n)| (vec![what.to_string()], *n as f64)),
+        );
+    }
+
+    /// Replaces the refusal writer's counters: (outcome, count).
+    pub fn set_refusal_reports(&self, rows: &[(&str, u64)]) {
+        self.refusal_reports.replace(
+            rows.iter()
+                .map(|(outcome, n)| (vec![outcome.to_string()], *n as f64)),
+        );
+    }
+
     pub fn render(&self) -> String {
+        if let Ok(all) = self.collectors.0.lock() {
+            for collect in all.iter() {
+                collect(self);
+            }
+        }
         let mut out = String::with_capacity(8192);
         self.allocations.render(&mut out);
         self.allocation_errors.render(&mut out);
@@ -336,6 +439,10 @@ impl Metrics {
         self.checkpoint_writes.render(&mut out);
         self.checkpoint_failures.render(&mut out);
         self.runtime_connected.render(&mut out);
+        self.pods.render(&mut out);
+        self.pod_refusals.render(&mut out);
+        self.apiserver_watch.render(&mut out);
+        self.refusal_reports.render(&mut out);
         self.build_info.render(&mut out);
         out
     }

@@ -56,7 +56,7 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         (Some(a), Some(b)) => f(a) != f(b),
         _ => false,
     };
-    let restart: [(&'static str, bool); 13] = [
+    let restart: [(&'static str, bool); 16] = [
         ("listen", old.listen != new.listen),
         ("runtime", old.runtime != new.runtime),
         ("socketMode", old.socket.mode != new.socket.mode),
@@ -69,7 +69,13 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         ("stateDir", old.state_dir != new.state_dir),
         ("topology", old.topology != new.topology),
         ("podKnowledge", old.spec_source != new.spec_source),
+        ("refusalReports", old.reports != new.reports),
         ("driftPeriod", old.drift_period != new.drift_period),
+        ("crioConfig", old.crio_config != new.crio_config),
+        (
+            "kubeletConfig/kubeletConfigDir",
+            old.kubelet_running != new.kubelet_running,
+        ),
         ("podResourcesSocket", server(old) != server(new)),
         (
             "kubeletPodResourcesSocket",

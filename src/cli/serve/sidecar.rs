@@ -11,7 +11,8 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use super::{load_settings, reload, stopped, Args, Settings};
-use crate::inspect::PlacementView;
+use crate::inspect::{KnowledgeView, PlacementView};
+use crate::knowledge::Link;
 use crate::lifecycle::Placer;
 use crate::telemetry::{self, Metrics, MetricsServer, PlacementProvider, Readiness};
 
@@ -34,7 +35,22 @@ pub(super) struct MetricsEnv {
 pub(super) fn placement_provider(slot: Arc<OnceLock<Arc<Placer>>>) -> PlacementProvider {
     Arc::new(move || {
         let placer = slot.get()?;
-        let view = PlacementView::from_registry(&placer.registry());
+        let mut view = PlacementView::from_registry(&placer.registry());
+        view.refused = placer.refusals();
+        view.pod_knowledge = placer
+            .knowledge()
+            .links()
+            .into_iter()
+            .map(|(origin, link)| KnowledgeView {
+                source: origin.as_str().to_string(),
+                link: match link {
+                    Link::Live => "live",
+                    Link::Connecting => "connecting",
+                    Link::Absent => "absent",
+                }
+                .to_string(),
+            })
+            .collect();
         Some(view.to_json())
     })
 }

@@ -301,3 +301,51 @@ fn allocatable_is_per_numa_from_the_node() {
     // 64Gi per node minus the 1Gi reserved.
     assert_eq!(per_node, [(0, "memory", 63 * GI), (1, "memory", 63 * GI)]);
 }
+
+/// The kubelet lists container memory only for containers with memory of their own
+/// (`GetResourceIsolationLevel` = container, cm/container_manager_linux.go `GetMemory`): a
+/// pod-pool container's memory is the pod's, reported once at pod level. Listing the pod block
+/// under each pool container too made a client that adds containers up count it three times.
+#[test]
+fn pod_pool_containers_list_no_memory_of_their_own() {
+    let mut r = registry(TopologyScope::Pod);
+    run(&mut r, plrm_pod("a"));
+    let res = only(&Snapshot::capture(&r));
+    assert_eq!(res.containers[1].name, "pool");
+    assert_eq!(
+        res.containers[1].memory,
+        [],
+        "pool container: memory is the pod's"
+    );
+    let excl: u64 = res.containers[0].memory.iter().map(|m| m.size).sum();
+    assert!(excl > 0, "the exclusive container keeps its own block");
+    let budget: u64 = res.memory.iter().map(|m| m.size).sum();
+    let containers: u64 = res
+        .containers
+        .iter()
+        .flat_map(|c| &c.memory)
+        .map(|m| m.size)
+        .sum();
+    assert!(
+        containers <= budget,
+        "containers {containers} within the pod's {budget}"
+    );
+
+    // A budget with no container resources at all (pod-level-resource-demo): no container memory.
+    let mut r = registry(TopologyScope::Pod);
+    let spec = pod(
+        "d",
+        Some(guaranteed(2000, 2 * GI)),
+        vec![
+            container("worker", ContainerRole::App, Resources::default()),
+            container("telemetry", ContainerRole::App, Resources::default()),
+        ],
+    );
+    run(&mut r, spec);
+    let res = only(&Snapshot::capture(&r));
+    assert_eq!(res.memory.iter().map(|m| m.size).sum::<u64>(), 2 * GI);
+    assert!(
+        res.containers.iter().all(|c| c.memory.is_empty()),
+        "{res:?}"
+    );
+}

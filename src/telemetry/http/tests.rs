@@ -135,6 +135,28 @@ async fn readyz_flips_with_the_flag_and_healthz_always_answers() {
     running.task.await.expect("server task");
 }
 
+/// A failing check makes `/readyz` 503 with its reason, and ready again once it passes.
+#[tokio::test]
+async fn readyz_says_why_a_check_fails() {
+    let readiness = Readiness::new();
+    readiness.mark_ready();
+    let problem = Arc::new(std::sync::Mutex::new(Some("disk full".to_string())));
+    let seen = Arc::clone(&problem);
+    readiness.add_check(Arc::new(move || seen.lock().unwrap().clone()));
+    let running = start(Arc::new(Metrics::new()), readiness.clone()).await;
+    let reply = request(running.addr, "GET", "/readyz").await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (503, "not ready:\ndisk full\n")
+    );
+    assert!(!readiness.is_ready());
+    *problem.lock().unwrap() = None;
+    let reply = request(running.addr, "GET", "/readyz").await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "ok\n"));
+    let _ = running.stop.send(());
+    running.task.await.expect("server task");
+}
+
 #[tokio::test]
 async fn unknown_paths_and_methods_are_refused() {
     let running = start(Arc::new(Metrics::new()), Readiness::new()).await;

@@ -234,3 +234,43 @@ fn every_family_is_typed_and_every_sample_belongs_to_one() {
         Some(1.0)
     );
 }
+
+#[test]
+fn counters_kept_elsewhere_are_read_at_each_render() {
+    let m = Metrics::new();
+    assert!(!m.render().contains("numa_shim_apiserver_watch_total{"));
+    let lists = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let seen = lists.clone();
+    m.on_render(move |m| {
+        let n = seen.load(std::sync::atomic::Ordering::Relaxed);
+        m.set_apiserver_watch(&[("list", n), ("expired", 0)]);
+        m.set_refusal_reports(&[("status", n * 2)]);
+    });
+    let text = m.render();
+    assert!(
+        text.contains("# TYPE numa_shim_apiserver_watch_total counter"),
+        "{text}"
+    );
+    assert!(
+        text.contains("numa_shim_apiserver_watch_total{what=\"list\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("numa_shim_apiserver_watch_total{what=\"expired\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("numa_shim_refusal_reports_total{outcome=\"status\"} 2\n"),
+        "{text}"
+    );
+    lists.store(3, std::sync::atomic::Ordering::Relaxed);
+    let text = m.render();
+    assert!(
+        text.contains("numa_shim_apiserver_watch_total{what=\"list\"} 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("numa_shim_refusal_reports_total{outcome=\"status\"} 6\n"),
+        "{text}"
+    );
+}

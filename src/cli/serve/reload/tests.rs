@@ -17,6 +17,7 @@ fn base() -> Settings {
         state_dir: PathBuf::from("/var/lib/numa-shim"),
         topology: PathBuf::from("/sys"),
         spec_source: SpecSource::CriOnly,
+        reports: None,
         metrics_address: Some("127.0.0.1:9464".parse().unwrap()),
         drift_period: Duration::from_secs(10),
         pod_resources: Some(crate::podresources::Options::new(
@@ -27,6 +28,8 @@ fn base() -> Settings {
             reserved_system_cpus: Some("0".into()),
             ..KubeletConfiguration::default()
         },
+        kubelet_running: None,
+        crio_config: None,
     }
 }
 
@@ -65,7 +68,7 @@ fn log_level_is_applied() {
 #[test]
 fn every_startup_setting_needs_a_restart() {
     type Edit = fn(&mut Settings);
-    let cases: [(&str, Edit); 13] = [
+    let cases: [(&str, Edit); 15] = [
         ("listen", |s| s.listen = "/other.sock".into()),
         ("runtime", |s| s.runtime = "/run/crio/crio.sock".into()),
         ("socketMode", |s| s.socket.mode = 0o600),
@@ -80,6 +83,15 @@ fn every_startup_setting_needs_a_restart() {
             s.spec_source = SpecSource::PodsApi("/p.sock".into())
         }),
         ("driftPeriod", |s| s.drift_period = Duration::from_secs(60)),
+        ("crioConfig", |s| {
+            s.crio_config = Some("/etc/crio/crio.conf".into())
+        }),
+        ("kubeletConfig/kubeletConfigDir", |s| {
+            s.kubelet_running = Some(crate::config::KubeletRunning {
+                config: KubeletConfiguration::default(),
+                source: "/var/lib/kubelet/config.yaml".into(),
+            })
+        }),
         ("podResourcesSocket", |s| {
             s.pod_resources = Some(crate::podresources::Options::new("/pr.sock".into()))
         }),
