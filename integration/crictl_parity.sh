@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# crictl parity: runs the same crictl sequence against the private containerd directly and through
+# crictl parity: runs the same crictl sequence against the private runtime directly and through
 # `numa-shim serve`, normalises ids/times (lib/normalize.py) and diffs every step. Any difference
 # fails. Prints `N passed, N failed` (one per step).
 #
 #   integration/crictl_parity.sh            direct vs numa-shim
 #   integration/crictl_parity.sh --self     direct vs direct (checks the normalisation is stable)
 #
-# Uses the containerd named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own.
+# Uses the runtime named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own (IT_RUNTIME,
+# IT_CONTAINERD_VERSION: lib/runtime.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=integration/lib/common.sh
 source "$here/lib/common.sh"
 # shellcheck source=integration/lib/image.sh
 source "$here/lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/lib/containerd.sh"
+# shellcheck source=integration/lib/runtime.sh
+source "$here/lib/runtime.sh"
 
 mode=${1:-shim}
-out=$IT_WORK/parity
+out=$IT_WORK/parity/$IT_CG
 rm -rf "$out"
 mkdir -p "$out"
 if [[ -z ${NUMA_SHIM_IT_CONTAINERD:-} ]]; then
@@ -38,6 +39,11 @@ cat >"$out/ctr.json" <<EOF
  "command": ["sleep", "3600"], "log_path": "work.log", "labels": {"role": "work"},
  "linux": {"resources": {"cpu_shares": 256, "memory_limit_in_bytes": 67108864}}}
 EOF
+
+# An image no runtime has: CreateContainer fails, and the runtime's error must reach crictl (a
+# grpc-go client, strict about how a status arrives) as the runtime sent it.
+sed -e "s|$IT_BUSYBOX_IMAGE|localhost/numa-shim-it/missing:1.0|" -e "s|\"name\": \"work\"|\"name\": \"missing\"|" "$out/ctr.json" \
+    >"$out/ctr-missing.json"
 
 cat >"$out/flush.json" <<EOF
 {"metadata": {"name": "flush", "namespace": "numa-shim-it", "uid": "flush-uid", "attempt": 0},
@@ -78,6 +84,7 @@ run_sequence() {
     ctr=$("${c[@]}" create "$pod" "$out/ctr.json" "$out/pod.json" 2>/dev/null | tail -1)
     echo "$ctr" >"$dir/raw-create"
     step "$dir" 05-create -- cat "$dir/raw-create"
+    step "$dir" 05b-create-missing-image -- "${c[@]}" create --no-pull "$pod" "$out/ctr-missing.json" "$out/pod.json"
     step "$dir" 06-start -- "${c[@]}" start "$ctr"
     step "$dir" 07-ps -- "${c[@]}" ps -a -o json
     step "$dir" 08-pods -- "${c[@]}" pods -o json
@@ -113,10 +120,10 @@ run_sequence() {
     step "$dir" 21-pods-after -- "${c[@]}" pods -o json
 }
 
-it_log "crictl sequence against containerd directly"
+it_log "crictl sequence against $IT_RUNTIME directly"
 run_sequence "$IT_SOCK" "$out/direct"
 if [[ $mode == --self ]]; then
-    it_log "crictl sequence against containerd directly, again (--self)"
+    it_log "crictl sequence against $IT_RUNTIME directly, again (--self)"
     run_sequence "$IT_SOCK" "$out/other"
 else
     cargo build --quiet --bin numa-shim --manifest-path "$IT_REPO/Cargo.toml"
@@ -124,6 +131,7 @@ else
     shim=$(it_shim_start parity-shim ${NUMA_SHIM_IT_SHIM_ARGS:-})
     it_log "crictl sequence through numa-shim ($shim)"
     run_sequence "$shim" "$out/other"
+    _it_kill "$(cat "$IT_RUN/pids/parity-shim")"
 fi
 
 passed=0

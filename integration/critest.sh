@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# critest parity: runs cri-tools' critest v1.37.0 against the private containerd directly and through
+# critest parity: runs cri-tools' critest v1.37.0 against the private runtime directly and through
 # `numa-shim serve` with the same skip set (integration/critest-skips.txt, each with its reason).
 # Every spec that passes directly must pass through numa-shim. Prints both pass counts and a final
 # `N passed, N failed` line for the numa-shim run (failed = specs that passed directly but not
@@ -8,18 +8,19 @@
 #   integration/critest.sh            direct, then through numa-shim
 #   integration/critest.sh --direct   direct only (to check the skip list on a new runtime)
 #
-# Uses the containerd named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own.
+# Uses the runtime named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own (IT_RUNTIME,
+# IT_CONTAINERD_VERSION: lib/runtime.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=integration/lib/common.sh
 source "$here/lib/common.sh"
 # shellcheck source=integration/lib/image.sh
 source "$here/lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/lib/containerd.sh"
+# shellcheck source=integration/lib/runtime.sh
+source "$here/lib/runtime.sh"
 
 mode=${1:-shim}
-out=$IT_WORK/critest
+out=$IT_WORK/critest/$IT_CG
 rm -rf "$out"
 mkdir -p "$out"
 [[ -x $IT_BIN/critest ]] || it_die "no $IT_BIN/critest (integration/install-deps.sh)"
@@ -65,7 +66,7 @@ specs "$out/direct.json" passed | sort >"$out/direct.passed"
 specs "$out/direct.json" failed | sort >"$out/direct.failed"
 echo "critest direct: $(wc -l <"$out/direct.passed") passed, $(wc -l <"$out/direct.failed") failed" >&2
 if [[ -s $out/direct.failed ]]; then
-    it_log "specs failing against containerd directly (not skipped; fix the skip list or the runtime):"
+    it_log "specs failing against $IT_RUNTIME directly (not skipped; fix the skip list or the runtime):"
     sed 's/^/  /' "$out/direct.failed" >&2
 fi
 [[ $mode == --direct ]] && { [[ ! -s $out/direct.failed ]]; exit; }
@@ -74,6 +75,7 @@ cargo build --quiet --bin numa-shim --manifest-path "$IT_REPO/Cargo.toml"
 # shellcheck disable=SC2086 # NUMA_SHIM_IT_SHIM_ARGS is a list of words
 shim=$(it_shim_start critest-shim ${NUMA_SHIM_IT_SHIM_ARGS:-})
 run_critest numa-shim "$shim"
+_it_kill "$(cat "$IT_RUN/pids/critest-shim")"
 specs "$out/numa-shim.json" passed | sort >"$out/numa-shim.passed"
 comm -23 "$out/direct.passed" "$out/numa-shim.passed" >"$out/regressions"
 direct_n=$(wc -l <"$out/direct.passed")

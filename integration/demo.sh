@@ -2,10 +2,16 @@
 # Demo: starts a private containerd and numa-shim in front of it (pod-level resource managers,
 # pod scope), runs the tutorial's mixed pod through numa-shim with crictl (as the kubelet would),
 # prints each container's real cgroup cpuset next to what numa-shim decided, draws the live NUMA
-# map with `numa-shim inspect`, and tears everything down. Needs root and
-# integration/install-deps.sh.
+# map with `numa-shim inspect`, and tears everything down. Needs root; installs what it needs.
+#
+#   integration/demo.sh            the crictl flow above
+#   integration/demo.sh --kubelet  the tutorial's flow with a real standalone kubelet
+#                                  (integration/demo-kubelet.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+if [[ ${1:-} == --kubelet ]]; then
+    exec "$here/demo-kubelet.sh" "${@:2}"
+fi
 # shellcheck source=integration/lib/common.sh
 source "$here/lib/common.sh"
 # shellcheck source=integration/lib/image.sh
@@ -51,6 +57,8 @@ for pod in view["pods"]:
 ' "$1"
 }
 
+# What a fresh machine lacks (containerd, runc, crictl, ...); no kubelet for this flow.
+IT_DEPS=demo IT_KUBELET_BUILD=none "$here/install-deps.sh"
 trap it_teardown EXIT
 trap "exit 143" TERM INT
 say "Starting a private containerd (state under $IT_RUN)"

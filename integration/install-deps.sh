@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the real-runtime harness needs on a clean Debian 12 machine (run as root):
 # containerd, runc, CNI plugins, static busybox (test images), shellcheck, and crictl + critest
-# v1.37.0 built from the Go module proxy into integration/.work/bin (skipped when already there).
+# v1.37.0 built from the Go module proxy into integration/.work/bin (skipped when already there);
+# CRI-O's conmon, skopeo and build libraries, and CRI-O and containerd 2.x built from the Go
+# module proxy into IT_CACHE/bin (build-crio.sh, build-containerd.sh); the kubelets CI tests
+# (integration/lib/kubelet.sh, cached in IT_CACHE) and their PodResources client.
 set -euo pipefail
 # shellcheck source=integration/lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 
-pkgs=(containerd runc containernetworking-plugins busybox-static shellcheck iproute2 util-linux procps)
+pkgs=(containerd runc containernetworking-plugins busybox-static shellcheck iproute2 util-linux procps curl python3)
+pkgs+=(conmon skopeo gcc libc6-dev libseccomp-dev libgpgme-dev libbtrfs-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -41,19 +45,20 @@ if [[ ! -x $IT_BIN/critest ]]; then
         go test -c -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" -o "$IT_BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
     )
 fi
-if [[ -n ${IT_CONTAINERD_VERSION:-} && ! -x $IT_BIN/containerd-$IT_CONTAINERD_VERSION ]]; then
-    # containerd 1.7 (implements GetContainerEvents, which crictl events needs). Its go.mod has
-    # exclude directives, so `go install` refuses it: it is built from a throwaway module too.
-    it_log "building containerd $IT_CONTAINERD_VERSION"
-    mod=$IT_WORK/containerd-mod
-    rm -rf "$mod"
-    mkdir -p "$mod"
-    (
-        cd "$mod"
-        go mod init numa-shim-it/containerd >/dev/null 2>&1
-        go get "github.com/containerd/containerd/cmd/containerd@$IT_CONTAINERD_VERSION" >/dev/null 2>&1
-        go build -tags no_btrfs,no_devmapper,no_zfs,no_aufs -o "$IT_BIN/containerd-$IT_CONTAINERD_VERSION" \
-            github.com/containerd/containerd/cmd/containerd
-    )
+# IT_DEPS=demo (integration/demo.sh): only what the demos need, not the other runtimes, the
+# kubelet-oracle or the control plane (their builds take most of a fresh machine's first run).
+if [[ ${IT_DEPS:-all} != demo ]]; then
+    # CRI-O, containerd 2.x and (IT_CONTAINERD_VERSION) 1.7 from the Go module proxy, cached by version.
+    it_log "CRI-O $IT_CRIO_VERSION, containerd $IT_CONTAINERD2_VERSION ${IT_CONTAINERD_VERSION:-} (built once into $IT_CACHE/bin)"
+    "$(dirname "$0")/build-crio.sh" "$IT_CRIO_VERSION" "$IT_CACHE/bin"
+    for v in $IT_CONTAINERD2_VERSION ${IT_CONTAINERD_VERSION:-}; do
+        "$(dirname "$0")/build-containerd.sh" "$v" "$IT_CACHE/bin"
+    done
+    "$(dirname "$0")/kubelet-oracle/build.sh" # kubelet-oracle, the kubelet's managers as a judge
+    # The loopback control plane: etcd, kube-apiserver, controllers and kubectl (cached in IT_CACHE).
+    "$(dirname "$0")/install-controlplane.sh"
 fi
 it_log "tools ready: $("$IT_BIN/crictl" --version 2>&1 | head -1); critest $("$IT_BIN/critest" -version 2>/dev/null | head -1 | awk '{print $3}')"
+# The real kubelets (v1.37.2 and v1.34.4, ~12 CPU-minutes each the first time) and the Go
+# PodResources client; IT_KUBELET_BUILD=all builds every served version.
+"$(dirname "$0")/kubelet.sh" build "${IT_KUBELET_BUILD:-}"

@@ -7,20 +7,28 @@
 IT_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 IT_WORK=${IT_WORK:-$IT_REPO/integration/.work}
 IT_BIN=$IT_WORK/bin
+# Go builds of upstream tools (kubelet, kube-apiserver, kubectl, etcd, CRI-O, containerd 2.x) are
+# cached outside the clone, keyed by version in the file name, so a fresh clone on the same
+# machine does not build them again. NUMA_SHIM_CACHE moves it.
+IT_CACHE=${NUMA_SHIM_CACHE:-/var/cache/numa-shim-it}
 # Unix socket paths must stay short (108 bytes), so runtime state lives under /run.
 IT_RUN=${IT_RUN:-/run/numa-shim-it}
 CRICTL_VERSION=v1.37.0
-# The suite runs Debian's containerd. IT_CONTAINERD_VERSION=v1.7.29 builds and runs that version
-# from the Go module proxy instead (1.7 implements GetContainerEvents, which Debian's 1.6 answers
-# with Unimplemented on both sides of the parity check).
+# The suite runs Debian's containerd. IT_CONTAINERD_VERSION=v1.7.29 (or v2.4.2) builds and runs
+# that version from the Go module proxy instead (1.7 implements GetContainerEvents, which Debian's
+# 1.6 answers with Unimplemented on both sides of the parity check). IT_RUNTIME=crio runs CRI-O.
 IT_CONTAINERD_VERSION=${IT_CONTAINERD_VERSION-}
+# The other runtimes the suite runs (integration/runtime-suite.sh), built by install-deps.sh.
+IT_CONTAINERD2_VERSION=${IT_CONTAINERD2_VERSION:-v2.4.2}
+IT_CRIO_VERSION=${IT_CRIO_VERSION:-v1.36.3}
 # Cgroup parents the harness's own pod configs use, and the one critest uses when the runtime does
 # not answer RuntimeConfig (containerd 1.6). Teardown removes what is left under them.
 IT_CG=${IT_RUN##*/}
 # shellcheck disable=SC2034 # used by containerd.sh
 IT_CGROUP_PARENTS=("$IT_CG" test.slice)
 
-export IT_REPO IT_WORK IT_BIN IT_RUN IT_CG CRICTL_VERSION IT_CONTAINERD_VERSION
+export IT_REPO IT_WORK IT_BIN IT_CACHE IT_RUN IT_CG CRICTL_VERSION IT_CONTAINERD_VERSION IT_CONTAINERD2_VERSION
+export IT_CRIO_VERSION
 
 # crictl reads /etc/crictl.yaml unless told otherwise: give it an empty private one.
 mkdir -p "$IT_WORK"

@@ -53,7 +53,32 @@ tail -n +2 /proc/sysvipc/shm | while read -r key shmid perms size _ _ _ uid _; d
     echo "$key $shmid $uid $perms $size"
 done
 EOS
-    chmod 755 "$root/bin/pgrep" "$root/bin/ipcs"
+    # The pod's infra process: a small static C program that exits on SIGTERM/SIGINT and reaps
+    # orphans. CRI-O stops an infra container with SIGTERM and waits for the request's deadline
+    # before SIGKILL, and PID 1 of a PID namespace only receives signals it has a handler for, so
+    # it installs the handler before anything else (a shell's `trap` came too late when the
+    # stop followed the start closely). Not `sleep`: critest greps for its own sleep processes.
+    cat >"$root/pause.c" <<'EOC'
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void stop(int sig) { (void)sig; _exit(0); }
+static void reap(int sig) { (void)sig; while (waitpid(-1, NULL, WNOHANG) > 0) {} }
+
+int main(void) {
+    struct sigaction term = {.sa_handler = stop}, child = {.sa_handler = reap, .sa_flags = SA_NOCLDSTOP};
+    sigaction(SIGTERM, &term, NULL);
+    sigaction(SIGINT, &term, NULL);
+    sigaction(SIGCHLD, &child, NULL);
+    for (;;) pause();
+}
+EOC
+    gcc -std=c99 -D_POSIX_C_SOURCE=200809L -Os -Wall -Werror -static -o "$root/bin/pause" "$root/pause.c"
+    strip -s "$root/bin/pause"
+    rm "$root/pause.c"
+    chmod 755 "$root/bin/pgrep" "$root/bin/ipcs" "$root/bin/pause"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
     printf 'numa-shim-it web server\n' >"$root/www/index.html"
@@ -84,18 +109,24 @@ EOF
     rm -rf "$tmp"
 }
 
-# it_import_images SOCKET: builds (once, cached under IT_WORK/images) and imports the pause, busybox
-# and web server images into the k8s.io namespace of the containerd listening on SOCKET.
-it_import_images() {
-    local sock=$1 dir=$IT_WORK/images
+# it_build_images: builds the pause, busybox and web server image archives (once, cached under
+# IT_WORK/images, rebuilt when the host's busybox or this file changes) and prints their folder.
+it_build_images() {
+    local dir=$IT_WORK/images
     mkdir -p "$dir"
-    if [[ ! -s $dir/pause.tar || $dir/pause.tar -ot $IT_BUSYBOX || $dir/pause.tar -ot ${BASH_SOURCE[0]} ]]; then
-        # Not `sleep`: pods share a PID namespace and critest greps for its own sleep processes.
-        it_build_image "$dir/pause.tar" "$IT_PAUSE_IMAGE" '["/bin/tail","-f","/dev/null"]'
+    if [[ ! -s $dir/httpd.tar || $dir/pause.tar -ot $IT_BUSYBOX || $dir/pause.tar -ot ${BASH_SOURCE[0]} ]]; then
+        it_build_image "$dir/pause.tar" "$IT_PAUSE_IMAGE" '["/bin/pause"]'
         it_build_image "$dir/busybox.tar" "$IT_BUSYBOX_IMAGE" '["/bin/sh"]'
         it_build_image "$dir/httpd.tar" "$IT_WEB_IMAGE" '["/bin/httpd","-f","-p","80","-h","/www"]'
     fi
-    local f
+    printf '%s\n' "$dir"
+}
+
+# it_import_images SOCKET: imports the images into the k8s.io namespace of the containerd
+# listening on SOCKET.
+it_import_images() {
+    local sock=$1 dir f
+    dir=$(it_build_images)
     for f in pause busybox httpd; do
         ctr -a "$sock" -n k8s.io images import "$dir/$f.tar" >/dev/null
     done

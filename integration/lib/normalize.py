@@ -15,6 +15,11 @@ import sys
 
 HEX64 = re.compile(r"\b[0-9a-f]{64}\b")
 HEX13 = re.compile(r"\b[0-9a-f]{13}\b")
+# CRI-O names a pod's host after the first 12 hex digits of its sandbox id.
+HEX12 = re.compile(r"\b[0-9a-f]{12}\b")
+# A JSON object kept as a string value on a line of its own (CRI-O's io.kubernetes.cri-o.Labels
+# and similar annotations): its keys come in no fixed order.
+JSON_IN_STRING = re.compile(r'^(\s*"[^"]*": )("\{.*\}")(,?)$', re.M)
 RULES = [
     # klog line headers: severity, date, time, thread id.
     (re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ", re.M), "<KLOG> "),
@@ -25,10 +30,29 @@ RULES = [
     (re.compile(r"\b1\d{9}(\d{9})?\b"), "<UNIX>"),
     (re.compile(r'("pid"\s*:\s*)\d+'), r"\1<PID>"),
     (re.compile(r"cni-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "cni-<UUID>"),
+    # CRI-O's namespace files (<namespaces_dir>/netns/<uuid>).
+    (re.compile(r"/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "/<UUID>"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<PORT>"),
     (re.compile(r"/proc/\d+/"), "/proc/<PID>/"),
 ]
+# Lists a runtime fills from a Go map, so their order changes from one call to the next
+# (CRI-O's `crictl info` runtimeHandlers).
+UNORDERED_LISTS = ("runtimeHandlers",)
 NUMBER = re.compile(r"(?<![A-Za-z<_])\d+(\.\d+)?(?![A-Za-z>_])")
+
+
+def sort_unordered(text: str) -> str:
+    """Sorts the UNORDERED_LISTS of a JSON document (left as it is when it is not one)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(doc, dict) or not any(isinstance(doc.get(k), list) for k in UNORDERED_LISTS):
+        return text
+    for key in UNORDERED_LISTS:
+        if isinstance(doc.get(key), list):
+            doc[key].sort(key=lambda item: json.dumps(item, sort_keys=True))
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def main() -> int:
@@ -52,8 +76,20 @@ def main() -> int:
                 return token
         return m.group(0)
 
+    def sorted_json(m: re.Match) -> str:
+        try:
+            value = json.loads(json.loads(m.group(2)))
+        except ValueError:
+            return m.group(0)
+        if not isinstance(value, dict):
+            return m.group(0)
+        return m.group(1) + json.dumps(json.dumps(value, sort_keys=True, separators=(",", ":"))) + m.group(3)
+
+    text = sort_unordered(text)
+    text = JSON_IN_STRING.sub(sorted_json, text)
     text = HEX64.sub(full, text)
     text = HEX13.sub(short, text)
+    text = HEX12.sub(short, text)
     for pattern, repl in RULES:
         text = pattern.sub(repl, text)
     if numbers:

@@ -88,15 +88,11 @@ def main(argv):
     import grpc
 
     pb, pb_grpc = generate(opts.proto)
+    # grpc C-core sends the socket path as :authority on unix sockets; numa-shim accepts it
+    # (its servers normalise :authority before h2 parses it), so no default_authority here.
     channel = grpc.insecure_channel(
         f"unix://{os.path.abspath(opts.socket)}",
-        options=[
-            ("grpc.max_receive_message_length", 16 << 20),
-            # grpc C-core sends the socket path as :authority on unix sockets, which HTTP/2
-            # servers built on h2 (numa-shim's tonic server) reset as malformed; Go clients,
-            # the kubelet's included, send "localhost".
-            ("grpc.default_authority", "localhost"),
-        ],
+        options=[("grpc.max_receive_message_length", 16 << 20)],
     )
     stub = pb_grpc.PodResourcesListerStub(channel)
     try:
