@@ -41,20 +41,31 @@ setup_java() {
     fi
 }
 
+# Setup runs under one lock: the tests call this script from several threads at once, and two
+# first installs into one virtualenv (or two builds into one target) break each other (seen:
+# pip's "No such file or directory: .../_distutils_hack/" on a fresh machine).
+locked() {
+    mkdir -p "$CACHE"
+    (
+        flock 9
+        "$@"
+    ) 9>"$CACHE/grpc-clients.lock"
+}
+
 case ${1:-} in
 python)
     shift
-    setup_python
+    locked setup_python
     exec "$VENV/bin/python" "$ROOT/integration/grpc-clients/python/client.py" "$@"
     ;;
 java)
     shift
-    setup_java
+    locked setup_java
     exec java -cp "$JAVA_TARGET/build/classes:$JAVA_TARGET/build/deps/*" numashim.Client "$@"
     ;;
 setup)
-    setup_python
-    setup_java
+    locked setup_python
+    locked setup_java
     ;;
 *)
     sed -n '2,16p' "$0" >&2

@@ -16,11 +16,16 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${PODRES_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/numa-shim/podres-venv}
 
-if ! "$VENV/bin/python" -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
-    echo "installing grpcio-tools into $VENV" >&2
-    python3 -m venv "$VENV" >&2
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check 'grpcio-tools>=1.60' >&2
-fi
+# Under a lock: two first installs into one virtualenv at once break each other.
+mkdir -p "$(dirname "$VENV")"
+(
+    flock 9
+    if ! "$VENV/bin/python" -c 'import grpc, grpc_tools' >/dev/null 2>&1; then
+        echo "installing grpcio-tools into $VENV" >&2
+        python3 -m venv "$VENV" >&2
+        "$VENV/bin/pip" install --quiet --disable-pip-version-check 'grpcio-tools>=1.60' >&2
+    fi
+) 9>"$VENV.lock"
 
 exec "$VENV/bin/python" "$ROOT/integration/podresources/client.py" \
     --proto "$ROOT/proto/podresources/api.proto" "$@"
