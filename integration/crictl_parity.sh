@@ -98,6 +98,13 @@ run_sequence() {
         'cat /sys/fs/cgroup/cpuset/cpuset.cpus /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us'
     step "$dir" 14-inspect-after-update -- "${c[@]}" inspect -o go-template \
         --template '{{json .info.runtimeSpec.linux.resources}}' "$ctr"
+    # usageNanoCores is a rate the runtime computes from two CPU samples of the container:
+    # containerd 2.x takes them in a background collector every second, or else from the
+    # previous stats call (containerd 1.x always the latter). Whether the first call already has
+    # two samples depends on timing, so one unrecorded call a second before makes the recorded
+    # one have its rate on both sides (seen: present directly, absent through numa-shim).
+    "${c[@]}" stats -o json --id "$ctr" >/dev/null 2>&1 || true
+    sleep 1
     step "$dir" 15-stats --numbers -- "${c[@]}" stats -o json --id "$ctr"
     step "$dir" 16-stop -- "${c[@]}" stop --timeout 2 "$ctr"
     step "$dir" 17-rm -- "${c[@]}" rm "$ctr"
