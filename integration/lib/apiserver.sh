@@ -32,17 +32,6 @@ it_kubectl() {
     "$IT_KUBECTL" --kubeconfig "$IT_CP/admin.kubeconfig" "$@"
 }
 
-# _it_cp_port: a TCP port nothing listens on (random in 20000-32767).
-_it_cp_port() {
-    local port used
-    used=$(ss -Htan | awk '{print $4}' | sed 's/.*://' | sort -u)
-    while :; do
-        port=$((20000 + RANDOM % 12768))
-        grep -qx "$port" <<<"$used" || break
-    done
-    echo "$port"
-}
-
 # _it_cp_kubeconfig FILE USER-LINES...: a kubeconfig for the loopback API server.
 _it_cp_kubeconfig() {
     local file=$1 line
@@ -234,9 +223,9 @@ it_cp_up() {
         : >"$IT_CP_LOGS/$log.log"
     done
     it_pki_all "$IT_CP/pki" "$IT_NODE_NAME"
-    _it_cp_port >"$IT_CP/etcd.port"
-    _it_cp_port >"$IT_CP/etcd-peer.port"
-    _it_cp_port >"$IT_CP/apiserver.port"
+    it_free_port >"$IT_CP/etcd.port"
+    it_free_port >"$IT_CP/etcd-peer.port"
+    it_free_port >"$IT_CP/apiserver.port"
     _it_cp_start_etcd
     _it_cp_start_apiserver
     _it_cp_cert_kubeconfig "$IT_CP/admin.kubeconfig" admin

@@ -37,6 +37,23 @@ mkdir -p "$IT_WORK"
 it_log() { printf '[it %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 it_die() { it_log "FATAL: $*"; exit 1; }
 
+# it_free_port: a loopback TCP port no socket uses, in any state, picked at random in
+# 20000-32767: below the kernel's ephemeral range (32768-60999 here), whose ports outgoing
+# connections take at any time (seen: a kubelet port picked in 20000-39999 among the listening
+# ports only was taken by a connection before the kubelet bound it: "address already in use").
+it_free_port() {
+    local port used low
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+    ((low > 20000)) || it_die "it_free_port: the ephemeral port range starts at $low, below 20000"
+    ((low = low > 32768 ? 32768 : low))
+    used=$(ss -Htan | awk '{print $4}' | sed 's/.*://' | sort -u)
+    while :; do
+        port=$((20000 + RANDOM % (low - 20000)))
+        grep -qx "$port" <<<"$used" || break
+    done
+    echo "$port"
+}
+
 # it_crictl ENDPOINT ARGS... runs the harness's crictl against a unix socket path.
 it_crictl() {
     local ep=$1

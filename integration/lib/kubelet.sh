@@ -78,17 +78,6 @@ it_podresources_go() {
 
 it_kubelet_dir() { printf '%s/kubelet-%s\n' "$IT_RUN" "$1"; }
 
-# _it_free_port: a TCP port nothing listens on (from 20000-39999).
-_it_free_port() {
-    local used p i
-    used=$(ss -Htln 2>/dev/null | awk '{print $4}' | sed 's/.*://')
-    for ((i = 0; i < 500; i++)); do
-        p=$((20000 + RANDOM % 20000))
-        grep -qx "$p" <<<"$used" || { echo "$p"; return 0; }
-    done
-    return 1
-}
-
 # _it_cgroup_mounts: the cgroup hierarchies the kubelet uses: the v1 ones (a hybrid machine's
 # cgroup2 mount is not the kubelet's), else the unified one.
 _it_cgroup_mounts() {
@@ -220,7 +209,7 @@ _it_kubelet() {
     [[ -x $bin ]] || it_die "no kubelet $version at $bin (integration/install-deps.sh builds it)"
     mkdir -p "$kdir"/{root,certs,logs,manifests,config.d} "$IT_RUN/pids" "$IT_LOGS"
     manifests=${manifests:-$kdir/manifests}
-    [[ -f $kdir/ports ]] || printf '%s %s %s\n' "$(_it_free_port)" "$(_it_free_port)" "$(_it_free_port)" >"$kdir/ports"
+    [[ -f $kdir/ports ]] || printf '%s %s %s\n' "$(it_free_port)" "$(it_free_port)" "$(it_free_port)" >"$kdir/ports"
     local port ro hz
     read -r port ro hz <"$kdir/ports"
     if [[ -n $config ]]; then
