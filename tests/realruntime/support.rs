@@ -35,19 +35,31 @@ pub struct Env {
 }
 
 impl Env {
+    /// The harness's environment, with whatever pods an earlier test left on the runtime removed
+    /// (said on stderr): call it before starting the test's numa-shim.
     pub fn get() -> Self {
         let var = |name: &str| {
             std::env::var(name)
                 .unwrap_or_else(|_| panic!("{name} is not set: run integration/test-all.sh"))
         };
-        Self {
+        let env = Self {
             containerd: var("NUMA_SHIM_IT_CONTAINERD").into(),
             runtime: std::env::var("NUMA_SHIM_IT_RUNTIME").unwrap_or_else(|_| "containerd".into()),
             image: var("NUMA_SHIM_IT_BUSYBOX_IMAGE"),
             run: var("NUMA_SHIM_IT_RUN").into(),
             cgroup_parent: var("NUMA_SHIM_IT_CGROUP_PARENT"),
             crictl: var("NUMA_SHIM_IT_CRICTL").into(),
+        };
+        let earlier = runtime_sandboxes(&env);
+        if !earlier.is_empty() {
+            eprintln!("removing the pods an earlier test left on the runtime: {earlier:?}");
         }
+        let left = remove_sandboxes(&env, &earlier);
+        assert!(
+            left.is_empty(),
+            "pods an earlier test left on the runtime cannot be removed: {left:?}"
+        );
+        env
     }
 }
 
@@ -198,6 +210,15 @@ impl Shim {
 impl Drop for Shim {
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            // What numa-shim recovered and refused, beside the failed test's output.
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- the last lines of {}:", self.log.display());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 
@@ -462,7 +483,12 @@ impl Cri {
     }
 }
 
-/// Removes the pods a test created, straight at containerd, even when the test fails.
+/// Removes the pods a test created, straight at the runtime, even when the test fails.
+///
+/// Every test's numa-shim rebuilds from the runtime it shares with the tests before it, so a pod
+/// one test leaves behind holds its CPUs in every later test: `drop` checks that the test's pods
+/// are gone, so that a test whose pods stay fails itself rather than the tests after it (and
+/// [`Env::get`] removes whatever is left before the next test starts its numa-shim).
 pub struct Cleanup {
     env: Env,
     pub sandboxes: Vec<String>,
@@ -479,20 +505,60 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        for id in &self.sandboxes {
-            let _ = Command::new(&self.env.crictl)
-                .args([
-                    "--runtime-endpoint",
-                    &format!("unix://{}", self.env.containerd.display()),
-                    "rmp",
-                    "-f",
-                    id,
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+        let left = remove_sandboxes(&self.env, &self.sandboxes);
+        if !left.is_empty() && !std::thread::panicking() {
+            panic!("the test's pods are still on the runtime after removal: {left:?}");
         }
     }
+}
+
+/// `crictl` at the runtime, with a timeout for slow days: crictl's own is 2 s per call, which a
+/// loaded machine's StopPodSandbox can take (seen: 2.1 s on containerd 1.6).
+fn crictl_direct(env: &Env, args: &[&str]) -> std::process::Output {
+    let endpoint = format!("unix://{}", env.containerd.display());
+    let mut argv = vec!["--runtime-endpoint", endpoint.as_str(), "--timeout", "60s"];
+    argv.extend_from_slice(args);
+    Command::new(&env.crictl)
+        .args(&argv)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", env.crictl.display()))
+}
+
+/// The ids of every sandbox the runtime has, whatever its state.
+fn runtime_sandboxes(env: &Env) -> Vec<String> {
+    let out = crictl_direct(env, &["pods", "-q"]);
+    assert!(
+        out.status.success(),
+        "crictl pods: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Removes `ids` (stopping them first), three tries each; returns those still there, with
+/// crictl's last complaint about each.
+fn remove_sandboxes(env: &Env, ids: &[String]) -> Vec<(String, String)> {
+    let mut left = Vec::new();
+    for id in ids {
+        let mut complaint = None;
+        for _ in 0..3 {
+            let out = crictl_direct(env, &["rmp", "-f", id]);
+            if !runtime_sandboxes(env).contains(id) {
+                complaint = None;
+                break;
+            }
+            complaint = Some(String::from_utf8_lossy(&out.stderr).trim().to_string());
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        if let Some(complaint) = complaint {
+            left.push((id.clone(), complaint));
+        }
+    }
+    left
 }
 
 pub use crate::pods_api::PodsApi as FakePodsApi;
