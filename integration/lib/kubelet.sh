@@ -46,8 +46,22 @@ it_kubelet_tests() {
     shift
     [[ $version == "${IT_KUBELET_VERSIONS[-1]}" ]] && soak=300
     it_podresources_go >/dev/null
+    _it_runtime_pods_clear
     NUMA_SHIM_IT_KUBELET_VERSION=$version NUMA_SHIM_IT_SOAK_SECS=${IT_KUBELET_SOAK_SECS:-$soak} \
         cargo test --test realkubelet -- --ignored --test-threads=1 "$@"
+}
+
+# _it_runtime_pods_clear: removes the pods an earlier stage left on the shared runtime (said on
+# stderr). The kubelet's numa-shim adopts every running pod it finds, so a leftover would hold
+# CPUs the tests expect free.
+_it_runtime_pods_clear() {
+    local ids id
+    mapfile -t ids < <(it_crictl "$NUMA_SHIM_IT_CONTAINERD" pods -q)
+    ((${#ids[@]})) || return 0
+    it_log "removing the pods earlier stages left on the runtime: ${ids[*]}"
+    for id in "${ids[@]}"; do
+        it_crictl "$NUMA_SHIM_IT_CONTAINERD" rmp -f "$id" >/dev/null || it_die "cannot remove pod $id"
+    done
 }
 
 # it_kubelet_bin VERSION: the cached kubelet binary of VERSION.
