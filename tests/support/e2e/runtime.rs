@@ -6,17 +6,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use numa_shim::proto::cri::v1 as cri;
-use tokio::net::UnixListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
 use cri::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+
+#[path = "../served.rs"]
+mod served;
+use served::Served;
 
 /// One container as the runtime holds it.
 #[derive(Debug, Clone)]
@@ -340,18 +340,14 @@ impl RuntimeService for Fake {
 pub struct Runtime {
     pub path: PathBuf,
     pub fake: Fake,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    served: Served,
 }
 
 impl Runtime {
     /// Serves `fake` on `path` (a leftover socket file is removed first).
     pub async fn start(path: &Path, fake: Fake) -> Self {
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path).unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
         let server = Server::builder().add_service(RuntimeServiceServer::new(fake.clone()));
-        let task = tokio::spawn(async move {
+        let served = Served::spawn(path, |listener, stopped| async move {
             server
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                     let _ = stopped.await;
@@ -362,18 +358,12 @@ impl Runtime {
         Self {
             path: path.to_path_buf(),
             fake,
-            stop: Some(stop),
-            task,
+            served,
         }
     }
 
     /// Stops serving (the state stays in `fake`).
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.task).await;
-        self.task.abort();
-        let _ = std::fs::remove_file(&self.path);
+    pub async fn stop(self) {
+        self.served.stop().await;
     }
 }

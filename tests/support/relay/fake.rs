@@ -15,15 +15,16 @@ use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use numa_shim::proto::cri::v1 as cri;
-use tokio::net::UnixListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
 use cri::image_service_server::{ImageService, ImageServiceServer};
 use cri::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+
+#[path = "../served.rs"]
+mod served;
+use served::Served;
 
 type BoxStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -543,18 +544,14 @@ pub struct Runtime {
     pub path: PathBuf,
     pub log: Log,
     pub fake: FakeRuntime,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    served: Served,
 }
 
 impl Runtime {
     /// Starts the fake runtime on `path` (removing a leftover socket file first).
     pub async fn start(path: &Path) -> Self {
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path).unwrap();
         let log = Log::default();
         let fake = FakeRuntime::default();
-        let (stop, stopped) = oneshot::channel::<()>();
         let server = Server::builder()
             .layer(RecordLayer(log.clone()))
             .add_service(
@@ -563,7 +560,7 @@ impl Runtime {
                     .max_encoding_message_size(MAX),
             )
             .add_service(ImageServiceServer::new(FakeImages));
-        let task = tokio::spawn(async move {
+        let served = Served::spawn(path, |listener, stopped| async move {
             server
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                     let _ = stopped.await;
@@ -575,8 +572,7 @@ impl Runtime {
             path: path.to_path_buf(),
             log,
             fake,
-            stop: Some(stop),
-            task,
+            served,
         }
     }
 
@@ -585,16 +581,13 @@ impl Runtime {
     /// grpc-go runtime whose handler hangs answers nothing at the deadline. This one does not
     /// either.
     pub async fn start_without_deadlines(path: &Path) -> Self {
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path).unwrap();
         let log = Log::default();
         let fake = FakeRuntime::default();
         let service = Record {
             inner: RuntimeServiceServer::new(fake.clone()),
             log: log.clone(),
         };
-        let (stop, mut stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
+        let served = Served::spawn(path, |listener, mut stopped| async move {
             loop {
                 let stream = tokio::select! {
                     _ = &mut stopped => return,
@@ -615,18 +608,12 @@ impl Runtime {
             path: path.to_path_buf(),
             log,
             fake,
-            stop: Some(stop),
-            task,
+            served,
         }
     }
 
     /// Stops the fake runtime and removes its socket.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.task).await;
-        self.task.abort();
-        let _ = std::fs::remove_file(&self.path);
+    pub async fn stop(self) {
+        self.served.stop().await;
     }
 }
