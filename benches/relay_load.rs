@@ -20,13 +20,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use hyper_util::rt::TokioIo;
 use numa_shim::proto::cri::v1 as cri;
 use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint};
 
-type Client = cri::runtime_service_client::RuntimeServiceClient<Channel>;
-type Error = Box<dyn std::error::Error + Send + Sync>;
+#[path = "support/cri.rs"]
+mod support;
+use support::{connect, container_config, resources, sandbox_config, Client, Error};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -108,19 +107,6 @@ fn byte_relay(listen: &Path, upstream: &Path) -> Result<(), Error> {
             });
         }
     })
-}
-
-async fn connect(path: &Path) -> Result<Client, Error> {
-    let path = path.to_path_buf();
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await?;
-    Ok(cri::runtime_service_client::RuntimeServiceClient::new(
-        channel,
-    ))
 }
 
 /// Nearest-rank percentile of sorted samples, in microseconds.
@@ -207,49 +193,6 @@ async fn version(
     Ok(())
 }
 
-fn sandbox_config(name: &str, cgroup_parent: &str, log_dir: &Path) -> cri::PodSandboxConfig {
-    cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("{name}-uid"),
-            namespace: "bench".into(),
-            attempt: 0,
-        }),
-        log_directory: log_dir.join(name).display().to_string(),
-        linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: format!("{cgroup_parent}/pod-{name}"),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn container_config(image: &str) -> cri::ContainerConfig {
-    cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata {
-            name: "app".into(),
-            attempt: 0,
-        }),
-        image: Some(cri::ImageSpec {
-            image: image.into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "3600".into()],
-        log_path: "app.log".into(),
-        linux: Some(cri::LinuxContainerConfig {
-            resources: Some(cri::LinuxContainerResources {
-                cpu_period: 100_000,
-                cpu_quota: 50_000,
-                cpu_shares: 512,
-                memory_limit_in_bytes: 64 << 20,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 /// Times one pod's start sequence, then stops and removes it.
 async fn one_pod(
     client: &mut Client,
@@ -258,7 +201,7 @@ async fn one_pod(
     cgroup_parent: &str,
     log_dir: &Path,
 ) -> Result<Duration, Error> {
-    let config = sandbox_config(name, cgroup_parent, log_dir);
+    let config = sandbox_config(name, "bench", cgroup_parent, log_dir, None);
     let started = Instant::now();
     let sandbox = client
         .run_pod_sandbox(cri::RunPodSandboxRequest {
@@ -272,7 +215,7 @@ async fn one_pod(
         let container = client
             .create_container(cri::CreateContainerRequest {
                 pod_sandbox_id: sandbox.clone(),
-                config: Some(container_config(image)),
+                config: Some(container_config(image, resources(500))),
                 sandbox_config: Some(config),
             })
             .await?

@@ -12,19 +12,17 @@
 //!
 //! Talks only to the unix socket it is given; bounded in time (`--duration`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use hyper_util::rt::TokioIo;
 use numa_shim::proto::cri::v1 as cri;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint};
 
-type Client = cri::runtime_service_client::RuntimeServiceClient<Channel>;
-type Error = Box<dyn std::error::Error + Send + Sync>;
+#[path = "support/cri.rs"]
+mod support;
+use support::{connect, container_config, resources, sandbox_config, Client, Error};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -68,19 +66,6 @@ struct Args {
     bench: bool,
 }
 
-async fn connect(path: &Path) -> Result<Client, Error> {
-    let path = path.to_path_buf();
-    let channel = Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await?;
-    Ok(cri::runtime_service_client::RuntimeServiceClient::new(
-        channel,
-    ))
-}
-
 /// `VmRSS`, `VmHWM` (KiB) and `Threads` of `pid`.
 fn status(pid: u32) -> Option<(u64, u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -93,61 +78,16 @@ fn status(pid: u32) -> Option<(u64, u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?, field("Threads:")?))
 }
 
-fn sandbox(name: &str, args: &Args) -> cri::PodSandboxConfig {
-    // A Guaranteed pod of one CPU as the kubelet describes it (inferred by numa-shim).
-    let resources = cri::LinuxContainerResources {
-        cpu_period: 100_000,
-        cpu_quota: 100_000,
-        cpu_shares: 1024,
-        memory_limit_in_bytes: 64 << 20,
-        ..Default::default()
-    };
-    cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("{name}-uid"),
-            namespace: "bench-memory".into(),
-            attempt: 0,
-        }),
-        log_directory: args.log_dir.join(name).display().to_string(),
-        linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: format!("{}/pod-{name}", args.cgroup_parent),
-            resources: Some(resources),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn container(image: &str) -> cri::ContainerConfig {
-    cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata {
-            name: "app".into(),
-            attempt: 0,
-        }),
-        image: Some(cri::ImageSpec {
-            image: image.into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "3600".into()],
-        log_path: "app.log".into(),
-        linux: Some(cri::LinuxContainerConfig {
-            resources: Some(cri::LinuxContainerResources {
-                cpu_period: 100_000,
-                cpu_quota: 100_000,
-                cpu_shares: 1024,
-                memory_limit_in_bytes: 64 << 20,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 /// One pod created, started, stopped and removed.
 async fn one_pod(client: &mut Client, name: &str, args: &Args) -> Result<(), Error> {
-    let config = sandbox(name, args);
+    // A Guaranteed pod of one CPU as the kubelet describes it (inferred by numa-shim).
+    let config = sandbox_config(
+        name,
+        "bench-memory",
+        &args.cgroup_parent,
+        &args.log_dir,
+        Some(resources(1000)),
+    );
     std::fs::create_dir_all(args.log_dir.join(name))?;
     let id = client
         .run_pod_sandbox(cri::RunPodSandboxRequest {
@@ -160,7 +100,7 @@ async fn one_pod(client: &mut Client, name: &str, args: &Args) -> Result<(), Err
     let created = client
         .create_container(cri::CreateContainerRequest {
             pod_sandbox_id: id.clone(),
-            config: Some(container(&args.image)),
+            config: Some(container_config(&args.image, resources(1000))),
             sandbox_config: Some(config),
         })
         .await;
