@@ -539,19 +539,7 @@ async fn crash_after_sandbox_and_after_container_keeps_placements() {
         r1.cpus,
         "the running container was not moved"
     );
-    let second = PodDef::new("second", resources(Some(1000), Some(1000), Some(128 * MI)));
-    let sb2 = cri.run_pod(&env, &second).await.unwrap();
-    cleanup.sandboxes.push(sb2.clone());
-    let c2 = cri
-        .start_container(
-            &env,
-            &second,
-            &sb2,
-            "c",
-            resources(Some(1000), Some(1000), Some(128 * MI)),
-        )
-        .await
-        .unwrap();
+    let (_, c2) = cri.one_cpu_pod(&env, "second", &mut cleanup).await;
     let r2 = cri.applied(&c2).await;
     assert_eq!(r2.cpus.len(), 1);
     assert!(
@@ -575,19 +563,7 @@ async fn deleted_checkpoint_is_rebuilt_from_the_runtime() {
     let mut shim = Shim::start(&env, "rebuild", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
     let mut cleanup = Cleanup::new(&env);
     let cri = shim.cri().await;
-    let pod = PodDef::new("held", resources(Some(1000), Some(1000), Some(128 * MI)));
-    let sb = cri.run_pod(&env, &pod).await.unwrap();
-    cleanup.sandboxes.push(sb.clone());
-    let c = cri
-        .start_container(
-            &env,
-            &pod,
-            &sb,
-            "c",
-            resources(Some(1000), Some(1000), Some(128 * MI)),
-        )
-        .await
-        .unwrap();
+    let (_, c) = cri.one_cpu_pod(&env, "held", &mut cleanup).await;
     let held = cri.applied(&c).await;
 
     shim.kill9();
@@ -601,19 +577,7 @@ async fn deleted_checkpoint_is_rebuilt_from_the_runtime() {
     );
     let cri = shim.cri().await;
     assert_eq!(cri.applied(&c).await.cpus, held.cpus, "nothing moved");
-    let other = PodDef::new("other", resources(Some(1000), Some(1000), Some(128 * MI)));
-    let sb2 = cri.run_pod(&env, &other).await.unwrap();
-    cleanup.sandboxes.push(sb2.clone());
-    let c2 = cri
-        .start_container(
-            &env,
-            &other,
-            &sb2,
-            "c",
-            resources(Some(1000), Some(1000), Some(128 * MI)),
-        )
-        .await
-        .unwrap();
+    let (_, c2) = cri.one_cpu_pod(&env, "other", &mut cleanup).await;
     assert!(
         cri.applied(&c2).await.cpus.is_disjoint(&held.cpus),
         "the adopted CPU is never granted again"
@@ -631,22 +595,7 @@ async fn containerd_restart_under_numa_shim() {
     let shim = Shim::start(&env, "rtrestart", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
     let mut cleanup = Cleanup::new(&env);
     let cri = shim.cri().await;
-    let pod = PodDef::new(
-        "survivor",
-        resources(Some(1000), Some(1000), Some(128 * MI)),
-    );
-    let sb = cri.run_pod(&env, &pod).await.unwrap();
-    cleanup.sandboxes.push(sb.clone());
-    let c = cri
-        .start_container(
-            &env,
-            &pod,
-            &sb,
-            "c",
-            resources(Some(1000), Some(1000), Some(128 * MI)),
-        )
-        .await
-        .unwrap();
+    let (_, c) = cri.one_cpu_pod(&env, "survivor", &mut cleanup).await;
     let before = cri.applied(&c).await;
 
     restart_containerd(&env, || async {
@@ -660,19 +609,7 @@ async fn containerd_restart_under_numa_shim() {
         before.cpus,
         "the container kept its cpuset"
     );
-    let next = PodDef::new("after", resources(Some(1000), Some(1000), Some(128 * MI)));
-    let sb2 = cri.run_pod(&env, &next).await.unwrap();
-    cleanup.sandboxes.push(sb2.clone());
-    let c2 = cri
-        .start_container(
-            &env,
-            &next,
-            &sb2,
-            "c",
-            resources(Some(1000), Some(1000), Some(128 * MI)),
-        )
-        .await
-        .unwrap();
+    let (_, c2) = cri.one_cpu_pod(&env, "after", &mut cleanup).await;
     assert!(cri.applied(&c2).await.cpus.is_disjoint(&before.cpus));
 }
 
@@ -686,19 +623,7 @@ async fn kubelet_cpuset_updates_are_kept_to_numa_shims_cpuset() {
     let shim = Shim::start(&env, "update", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
     let cri = shim.cri().await;
     let mut cleanup = Cleanup::new(&env);
-    let pod = PodDef::new("pinned", resources(Some(1000), Some(1000), Some(128 * MI)));
-    let sb = cri.run_pod(&env, &pod).await.unwrap();
-    cleanup.sandboxes.push(sb.clone());
-    let c = cri
-        .start_container(
-            &env,
-            &pod,
-            &sb,
-            "c",
-            resources(Some(1000), Some(1000), Some(128 * MI)),
-        )
-        .await
-        .unwrap();
+    let (_, c) = cri.one_cpu_pod(&env, "pinned", &mut cleanup).await;
     let placed = cri.applied(&c).await;
     cri.update_cpuset(&c, &all_cpus().to_string())
         .await

@@ -324,6 +324,28 @@ impl Cri {
             .pod_sandbox_id)
     }
 
+    /// What most tests start: a Guaranteed pod `name` of one CPU and 128 MiB with one container
+    /// `c` of the same, its sandbox recorded in `cleanup`. Returns (sandbox id, container id).
+    pub async fn one_cpu_pod(
+        &self,
+        env: &Env,
+        name: &str,
+        cleanup: &mut Cleanup,
+    ) -> (String, String) {
+        let one = || resources(Some(1000), Some(1000), Some(128 * MI));
+        let pod = PodDef::new(name, one());
+        let sandbox = self
+            .run_pod(env, &pod)
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e:?}"));
+        cleanup.sandboxes.push(sandbox.clone());
+        let container = self
+            .start_container(env, &pod, &sandbox, "c", one())
+            .await
+            .unwrap_or_else(|e| panic!("CreateContainer/StartContainer in {name}: {e:?}"));
+        (sandbox, container)
+    }
+
     /// Creates and starts a `sleep` container with kubelet-shaped resources.
     pub async fn start_container(
         &self,
