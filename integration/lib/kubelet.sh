@@ -55,13 +55,11 @@ it_kubelet_tests() {
 # stderr). The kubelet's numa-shim adopts every running pod it finds, so a leftover would hold
 # CPUs the tests expect free.
 _it_runtime_pods_clear() {
-    local ids id
+    local ids
     mapfile -t ids < <(it_crictl "$NUMA_SHIM_IT_CONTAINERD" pods -q)
     ((${#ids[@]})) || return 0
     it_log "removing the pods earlier stages left on the runtime: ${ids[*]}"
-    for id in "${ids[@]}"; do
-        it_crictl "$NUMA_SHIM_IT_CONTAINERD" rmp -f "$id" >/dev/null || it_die "cannot remove pod $id"
-    done
+    it_crictl "$NUMA_SHIM_IT_CONTAINERD" rmp -a -f >/dev/null || it_die "cannot remove the pods left on the runtime"
 }
 
 # it_kubelet_bin VERSION: the cached kubelet binary of VERSION.
