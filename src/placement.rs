@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod cpu;
+pub mod device;
 pub mod error;
 pub mod hint;
 pub mod memory;
