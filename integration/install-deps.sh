@@ -55,6 +55,7 @@ if [[ ${IT_DEPS:-all} != demo ]]; then
         "$(dirname "$0")/build-containerd.sh" "$v" "$IT_CACHE/bin"
     done
     "$(dirname "$0")/kubelet-oracle/build.sh" # kubelet-oracle, the kubelet's managers as a judge
+    "$(dirname "$0")/device-plugin/build.sh" # the sample device plugin (example.com/gpu)
     # The loopback control plane: etcd, kube-apiserver, controllers and kubectl (cached in IT_CACHE).
     "$(dirname "$0")/install-controlplane.sh"
 fi

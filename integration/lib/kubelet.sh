@@ -46,6 +46,7 @@ it_kubelet_tests() {
     shift
     [[ $version == "${IT_KUBELET_VERSIONS[-1]}" ]] && soak=300
     it_podresources_go >/dev/null
+    "$IT_REPO/integration/device-plugin/build.sh" # the devices test's sample device plugin
     _it_runtime_pods_clear
     NUMA_SHIM_IT_KUBELET_VERSION=$version NUMA_SHIM_IT_SOAK_SECS=${IT_KUBELET_SOAK_SECS:-$soak} \
         cargo test --test realkubelet -- --ignored --test-threads=1 "$@"
