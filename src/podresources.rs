@@ -9,6 +9,7 @@
 //! changes the registry and never talks CRI.
 
 mod convert;
+mod devices;
 mod kubelet;
 mod limit;
 mod published;
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use convert::{allocatable_response, cpu_ids, list_response, memory, pod_resources};
+pub use devices::{allocatable_devices, device_facts};
 pub use kubelet::{merge_allocatable, merge_list, merge_pod, KubeletSource, WARN_EVERY};
 pub use limit::RateLimiter;
 pub use server::{not_found, serve, PodResourcesService, MAX_MESSAGE};

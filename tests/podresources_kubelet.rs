@@ -3,25 +3,19 @@
 //! wrong — CPU ids; numa-shim merges the first two per pod and container and keeps its CPUs and
 //! memory. Without a kubelet, the answers come without devices.
 
+#[path = "support/podresources/kubelet.rs"]
+mod kubelet;
 #[path = "support/podresources/registry.rs"]
 mod support;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kubelet::{FakeKubelet, Running};
 use numa_shim::proto::podresources::v1 as pr;
-use pr::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 use support::*;
-use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status};
-
-#[derive(Default)]
-struct FakeKubelet {
-    calls: AtomicUsize,
-}
 
 fn gpu() -> pr::ContainerDevices {
     pr::ContainerDevices {
@@ -78,69 +72,28 @@ fn kubelet_pod_a() -> pr::PodResources {
     }
 }
 
-#[tonic::async_trait]
-impl PodResourcesLister for FakeKubelet {
-    async fn list(
-        &self,
-        _: Request<pr::ListPodResourcesRequest>,
-    ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let stranger = pr::PodResources {
-            name: "kubelet-only".into(),
-            namespace: "ns".into(),
-            containers: vec![pr::ContainerResources {
-                name: "x".into(),
-                devices: vec![gpu()],
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        Ok(Response::new(pr::ListPodResourcesResponse {
-            pod_resources: vec![stranger, kubelet_pod_a()],
-        }))
-    }
-
-    async fn get_allocatable_resources(
-        &self,
-        _: Request<pr::AllocatableResourcesRequest>,
-    ) -> Result<Response<pr::AllocatableResourcesResponse>, Status> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(Response::new(pr::AllocatableResourcesResponse {
+/// The fake kubelet's answers: List with a pod numa-shim does not know and pod a; its
+/// allocatable GPU and a CPU id numa-shim must not take.
+async fn start_kubelet(path: &Path) -> Running {
+    let stranger = pr::PodResources {
+        name: "kubelet-only".into(),
+        namespace: "ns".into(),
+        containers: vec![pr::ContainerResources {
+            name: "x".into(),
             devices: vec![gpu()],
-            cpu_ids: vec![1000],
-            memory: vec![],
-        }))
-    }
-
-    async fn get(
-        &self,
-        request: Request<pr::GetPodResourcesRequest>,
-    ) -> Result<Response<pr::GetPodResourcesResponse>, Status> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let r = request.into_inner();
-        if r.pod_name != "name-a" {
-            // The kubelet's own error (a plain Go error: code Unknown).
-            return Err(Status::unknown(format!(
-                "pod {} in namespace {} not found",
-                r.pod_name, r.pod_namespace
-            )));
-        }
-        Ok(Response::new(pr::GetPodResourcesResponse {
-            pod_resources: Some(kubelet_pod_a()),
-        }))
-    }
-}
-
-async fn start_kubelet(path: &Path) -> Arc<FakeKubelet> {
-    let fake = Arc::new(FakeKubelet::default());
-    let listener = UnixListener::bind(path).unwrap();
-    let svc = PodResourcesListerServer::from_arc(fake.clone());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(UnixListenerStream::new(listener)),
-    );
-    fake
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let list = pr::ListPodResourcesResponse {
+        pod_resources: vec![stranger, kubelet_pod_a()],
+    };
+    let allocatable = pr::AllocatableResourcesResponse {
+        devices: vec![gpu()],
+        cpu_ids: vec![1000],
+        memory: vec![],
+    };
+    FakeKubelet::with(list, allocatable).serve(path)
 }
 
 fn shared() -> Shared {

@@ -2,6 +2,10 @@
 //! dynamic resources. numa-shim stays authoritative for CPUs and memory; only those two fields
 //! are taken from the kubelet. When the kubelet does not answer, answers go out without them and
 //! the failure is logged at most once per [`WARN_EVERY`].
+//!
+//! The same socket gives the decision its device facts ([`KubeletSource::device_facts`]): when
+//! the kubelet does not answer, the pod is decided without them (as before devices were read),
+//! with its own warning, also at most once per [`WARN_EVERY`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,8 +15,10 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
+use super::devices::device_facts;
 use super::server::MAX_MESSAGE;
 use crate::lifecycle::runtime::unix_channel;
+use crate::placement::device::DeviceFacts;
 use crate::proto::podresources::v1 as pr;
 use pr::pod_resources_lister_client::PodResourcesListerClient;
 
@@ -27,6 +33,8 @@ pub struct KubeletSource {
     timeout: Duration,
     /// When the last warning was logged; `None` while the kubelet answers.
     warned: Mutex<Option<Instant>>,
+    /// The same for the device facts of decisions.
+    facts_warned: Mutex<Option<Instant>>,
 }
 
 impl KubeletSource {
@@ -39,6 +47,7 @@ impl KubeletSource {
             client,
             timeout,
             warned: Mutex::new(None),
+            facts_warned: Mutex::new(None),
         }
     }
 
@@ -78,25 +87,68 @@ impl KubeletSource {
         )
     }
 
+    /// The device manager's facts for pod `namespace`/`name`: the kubelet's
+    /// `GetAllocatableResources` and `List`, asked together ([`super::devices::device_facts`]).
+    /// `None` when its socket is not there, it answers an error or not within the timeout: the
+    /// caller decides without device facts, as numa-shim did before it read devices (the
+    /// documented fallback, docs/devices.md); a warning says so at most once per
+    /// [`WARN_EVERY`], and an info line when the kubelet answers again. Never panics.
+    pub async fn device_facts(&self, namespace: &str, name: &str) -> Option<DeviceFacts> {
+        let (mut a, mut l) = (self.client.clone(), self.client.clone());
+        let (allocatable, list) = tokio::join!(
+            tokio::time::timeout(
+                self.timeout,
+                a.get_allocatable_resources(pr::AllocatableResourcesRequest {})
+            ),
+            tokio::time::timeout(self.timeout, l.list(pr::ListPodResourcesRequest {})),
+        );
+        let answers = self
+            .answer("GetAllocatableResources", allocatable)
+            .and_then(|a| Ok((a, self.answer("List", list)?)));
+        let mut warned = self.facts_warned.lock().unwrap_or_else(|e| e.into_inner());
+        match answers {
+            Ok((allocatable, list)) => {
+                if warned.take().is_some() {
+                    info!(socket = %self.path.display(), "kubelet pod-resources answering again; device facts back in decisions");
+                }
+                Some(device_facts(&allocatable, &list, namespace, name))
+            }
+            Err((method, reason)) => {
+                let now = Instant::now();
+                if warned.is_none_or(|at| now.duration_since(at) >= WARN_EVERY) {
+                    warn!(socket = %self.path.display(), method, reason, pod = %format!("{namespace}/{name}"), "kubelet pod-resources not answering; deciding without device facts (CPUs and memory placed as without devices)");
+                    *warned = Some(now);
+                }
+                None
+            }
+        }
+    }
+
+    /// A call's answer, or the method and why there is none.
+    fn answer<T>(
+        &self,
+        method: &'static str,
+        result: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
+    ) -> Result<T, (&'static str, String)> {
+        match result {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err((method, format!("{:?}: {}", status.code(), status.message()))),
+            Err(_) => Err((method, format!("no answer within {:?}", self.timeout))),
+        }
+    }
+
     fn outcome<T>(
         &self,
         method: &'static str,
         result: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
     ) -> Option<T> {
-        match result {
-            Ok(Ok(response)) => {
+        match self.answer(method, result) {
+            Ok(answer) => {
                 self.reachable();
-                Some(response.into_inner())
+                Some(answer)
             }
-            Ok(Err(status)) => {
-                self.unreachable(
-                    method,
-                    &format!("{:?}: {}", status.code(), status.message()),
-                );
-                None
-            }
-            Err(_) => {
-                self.unreachable(method, &format!("no answer within {:?}", self.timeout));
+            Err((method, reason)) => {
+                self.unreachable(method, &reason);
                 None
             }
         }
