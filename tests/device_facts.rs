@@ -150,3 +150,50 @@ async fn no_answer_no_facts_one_warning_then_back() {
         logs.text()
     );
 }
+
+/// The device plugin gone: the kubelet lists none of its devices any more (it marks them
+/// unhealthy). numa-shim still has facts (nothing free of that resource) and says so once.
+#[tokio::test(flavor = "current_thread")]
+async fn devices_gone_from_the_kubelet_are_logged_once() {
+    let (logs, _guard) = LogCapture::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubelet.sock");
+    let kubelet = kubelet().serve(&path);
+    let source = KubeletSource::new(&path, Duration::from_secs(1));
+    assert_eq!(
+        source
+            .device_facts("default", "web")
+            .await
+            .unwrap()
+            .allocatable[GPU]
+            .len(),
+        4
+    );
+    assert!(
+        logs.text().contains("kubelet allocatable devices changed"),
+        "{}",
+        logs.text()
+    );
+    kubelet.allocatable.lock().unwrap().devices.clear();
+    for _ in 0..2 {
+        let facts = source
+            .device_facts("default", "web")
+            .await
+            .expect("still facts");
+        assert!(facts.allocatable.is_empty());
+        // The pod keeps its device.
+        assert_eq!(facts.allocated["app"][GPU], ["gpu2"]);
+    }
+    let gone: Vec<String> = logs
+        .text()
+        .lines()
+        .filter(|l| l.contains("no allocatable devices of this resource any more"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(gone.len(), 1, "{}", logs.text());
+    assert!(
+        gone[0].contains("WARN") && gone[0].contains(GPU),
+        "{}",
+        gone[0]
+    );
+}

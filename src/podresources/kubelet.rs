@@ -7,7 +7,7 @@
 //! the kubelet does not answer, the pod is decided without them (as before devices were read),
 //! with its own warning, also at most once per [`WARN_EVERY`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
-use super::devices::device_facts;
+use super::devices::{allocatable_devices, device_facts};
 use super::server::MAX_MESSAGE;
 use crate::lifecycle::runtime::unix_channel;
 use crate::placement::device::DeviceFacts;
@@ -35,6 +35,9 @@ pub struct KubeletSource {
     warned: Mutex<Option<Instant>>,
     /// The same for the device facts of decisions.
     facts_warned: Mutex<Option<Instant>>,
+    /// Healthy allocatable devices per resource as last seen (`None`: never seen), so that a
+    /// change — a device plugin gone, its devices unhealthy — is logged once when seen.
+    inventory: Mutex<Option<BTreeMap<String, usize>>>,
 }
 
 impl KubeletSource {
@@ -48,6 +51,7 @@ impl KubeletSource {
             timeout,
             warned: Mutex::new(None),
             facts_warned: Mutex::new(None),
+            inventory: Mutex::new(None),
         }
     }
 
@@ -81,10 +85,38 @@ impl KubeletSource {
     pub async fn allocatable(&self) -> Option<pr::AllocatableResourcesResponse> {
         let mut client = self.client.clone();
         let call = client.get_allocatable_resources(pr::AllocatableResourcesRequest {});
-        self.outcome(
+        let answer = self.outcome(
             "GetAllocatableResources",
             tokio::time::timeout(self.timeout, call).await,
-        )
+        );
+        if let Some(a) = &answer {
+            self.seen_inventory(&a.devices);
+        }
+        answer
+    }
+
+    /// Logs how the kubelet's healthy allocatable devices changed since last seen: info for
+    /// devices that appear or change in number, a warning for a resource whose devices are all
+    /// gone (its device plugin stopped, or reports them unhealthy: the kubelet keeps pods that
+    /// hold them and refuses new pods asking for them).
+    fn seen_inventory(&self, devices: &[pr::ContainerDevices]) {
+        let now: BTreeMap<String, usize> = allocatable_devices(devices)
+            .into_iter()
+            .map(|(resource, d)| (resource, d.len()))
+            .collect();
+        let mut inventory = self.inventory.lock().unwrap_or_else(|e| e.into_inner());
+        let before = inventory.replace(now.clone()).unwrap_or_default();
+        for (resource, &count) in &now {
+            let was = before.get(resource).copied().unwrap_or(0);
+            if count != was {
+                info!(socket = %self.path.display(), resource, devices = count, was, "kubelet allocatable devices changed");
+            }
+        }
+        for (resource, &was) in &before {
+            if was > 0 && !now.contains_key(resource) {
+                warn!(socket = %self.path.display(), resource, was, "kubelet lists no allocatable devices of this resource any more: its device plugin stopped or reports them unhealthy; pods holding them keep them, new pods asking for them are refused by the kubelet");
+            }
+        }
     }
 
     /// The device manager's facts for pod `namespace`/`name`: the kubelet's
@@ -108,6 +140,7 @@ impl KubeletSource {
         let mut warned = self.facts_warned.lock().unwrap_or_else(|e| e.into_inner());
         match answers {
             Ok((allocatable, list)) => {
+                self.seen_inventory(&allocatable.devices);
                 if warned.take().is_some() {
                     info!(socket = %self.path.display(), "kubelet pod-resources answering again; device facts back in decisions");
                 }
