@@ -17,6 +17,7 @@
 //! `cargo test --test realkubelet -- --ignored --test-threads=1`; on CRI-O by
 //! integration/runtime-suite.sh (IT_RUNTIME=crio), the tutorial's tests (`tutorial::`).
 
+mod devices;
 mod lifecycle;
 mod oracle;
 mod pods;

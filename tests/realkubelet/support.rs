@@ -709,3 +709,110 @@ pub fn sample(metrics: &str, series: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// numa-shim's sample device plugin (integration/device-plugin) for a kubelet of the harness,
+/// registered through the kubelet's plugin watcher in its own root dir
+/// (`<root>/plugins_registry`): nothing outside the kubelet's private directories, unlike the
+/// device plugin directory the kubelet hard-codes. Killed when dropped.
+pub struct DevicePlugin {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl DevicePlugin {
+    /// Starts the plugin with `config` (its JSON: resource and devices) for `kubelet`.
+    pub fn start(env: &Env, kubelet: &Kubelet, name: &str, config: &str) -> Self {
+        let dir = env.fresh(&format!("plugin-{name}"));
+        let file = dir.join("config.json");
+        std::fs::write(&file, config).unwrap();
+        let log = dir.join("device-plugin.log");
+        let bin = repo().join("integration/.work/bin/device-plugin");
+        let child = Command::new(&bin)
+            .arg("-config")
+            .arg(&file)
+            .arg("-plugins-registry")
+            .arg(kubelet.path("root").join("plugins_registry"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (integration/device-plugin/build.sh builds it)",
+                    bin.display()
+                )
+            });
+        Self {
+            child: Some(child),
+            log,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the plugin's log says `what`.
+    pub async fn wait_log(&self, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.log_text().contains(what) {
+            assert!(
+                Instant::now() < deadline,
+                "device plugin never logged {what:?}:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// SIGKILL, as a crash (its socket file stays).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for DevicePlugin {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The PID of the running container `container` of the kubelet's pod `pod` (manifest name).
+pub async fn container_pid(env: &Env, kubelet: &Kubelet, pod: &str, container: &str) -> u32 {
+    let uid = kubelet.pod(pod).expect("the pod")["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut client = RuntimeServiceClient::new(unix_channel(&env.runtime));
+    let filter = cri::ContainerFilter {
+        label_selector: HashMap::from([("io.kubernetes.pod.uid".to_string(), uid)]),
+        state: Some(cri::ContainerStateValue {
+            state: cri::ContainerState::ContainerRunning as i32,
+        }),
+        ..Default::default()
+    };
+    let list = client
+        .list_containers(cri::ListContainersRequest {
+            filter: Some(filter),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let c = list
+        .containers
+        .into_iter()
+        .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == container))
+        .unwrap_or_else(|| panic!("no running container {container} in {pod}"));
+    let status = client
+        .container_status(cri::ContainerStatusRequest {
+            container_id: c.id,
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    pid_of(&status).expect("the container's pid")
+}
