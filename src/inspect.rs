@@ -8,6 +8,7 @@
 //! takes the registry by reference so callers keep the lock as short as building the view.
 
 mod build;
+mod devices;
 mod fetch;
 mod pools;
 mod svg;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::lifecycle::refusals::RefusalView;
 
 pub use build::numa_nodes;
+pub use devices::{add_devices, DeviceView};
 pub use fetch::{fetch, FetchError};
 pub use pools::view_pool_counts;
 pub use svg::render_svg;
@@ -45,6 +47,9 @@ pub struct PlacementView {
     /// when specs are inferred from CRI alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_knowledge: Vec<KnowledgeView>,
+    /// Device plugin devices whose plugin gives no NUMA node (from the kubelet's PodResources).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices_without_numa: Vec<DeviceView>,
 }
 
 /// One watched pod-spec source.
@@ -67,6 +72,10 @@ pub struct NumaView {
     /// Accounting per resource (`memory`, `hugepages-<size>`); empty when the Memory Manager
     /// does not manage memory (`memoryManagerPolicy: None`).
     pub memory: Vec<MemoryView>,
+    /// Device plugin devices on this node (their `TopologyInfo`), from the kubelet's
+    /// PodResources; a device on several nodes is under each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceView>,
 }
 
 /// One CPU and who holds it.
@@ -157,6 +166,9 @@ pub struct ContainerView {
     pub pool: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_nodes: Option<String>,
+    /// The device plugin devices the kubelet handed it (`resource=id`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 impl PlacementView {

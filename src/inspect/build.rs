@@ -44,6 +44,7 @@ pub fn numa_nodes(
                 .find(|n| n.id == numa)
                 .map_or(0, |n| n.memory),
             memory: Vec::new(),
+            devices: Vec::new(),
         })
         .collect()
 }
@@ -104,6 +105,7 @@ impl PlacementView {
                     cpus: c.cpus.to_list(),
                     pool: pool_name(c.isolation).to_string(),
                     memory_nodes: c.cpuset_mems(),
+                    devices: Vec::new(),
                 });
             }
             // Containers the decision core does not list (held after a restart without their
@@ -134,6 +136,7 @@ impl PlacementView {
                     cpus: cpus.to_list(),
                     pool: pool_name(pool).to_string(),
                     memory_nodes: c.mems.clone(),
+                    devices: Vec::new(),
                 });
             }
             let bubble = placement.as_ref().and_then(|p| p.cpus.clone());
@@ -169,6 +172,7 @@ impl PlacementView {
             pods,
             refused: Vec::new(),
             pod_knowledge: Vec::new(),
+            devices_without_numa: Vec::new(),
         }
     }
 }

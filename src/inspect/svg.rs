@@ -66,7 +66,7 @@ fn numa_box(
     w: usize,
 ) -> usize {
     let rows = n.cpus.len().div_ceil(COLUMNS).max(1);
-    let memory_lines = n.memory.len().max(1);
+    let memory_lines = n.memory.len().max(1) + n.devices.len();
     let h = HEADER + rows * (CELL_H + GAP) + memory_lines * 14 + PAD;
     let _ = writeln!(
         out,
@@ -111,6 +111,24 @@ fn numa_box(
             bytes(m.pod),
             bytes(m.exclusive),
             bytes(m.free)
+        );
+        ly += 14;
+    }
+    if n.memory.is_empty() {
+        ly += 14;
+    }
+    for d in &n.devices {
+        let holder = d.holder.as_ref().map_or_else(
+            || "free".to_string(),
+            |h| format!("{} {}", h.pod, h.container),
+        );
+        let _ = writeln!(
+            out,
+            r#"<text class="device" x="{}" y="{ly}">device {} {}: {}</text>"#,
+            PAD * 2,
+            escape(&d.resource),
+            escape(&d.id),
+            escape(&holder)
         );
         ly += 14;
     }

@@ -33,6 +33,9 @@ pub fn render_table(view: &PlacementView) -> String {
                 c.memory_nodes.as_deref().unwrap_or("-"),
                 c.id.as_deref().unwrap_or("-"),
             );
+            if !c.devices.is_empty() {
+                let _ = writeln!(out, "    {:<28} devices {}", "", c.devices.join(", "));
+            }
         }
     }
     if !view.refused.is_empty() {
@@ -71,7 +74,22 @@ pub fn render_table(view: &PlacementView) -> String {
         empty_dash(&view.shared_cpus)
     );
     numa_map(&mut out, &view.numa_nodes);
+    if !view.devices_without_numa.is_empty() {
+        let _ = writeln!(out, "devices without a NUMA node");
+        for d in &view.devices_without_numa {
+            let _ = writeln!(out, "{}", device_line(d));
+        }
+    }
     out
+}
+
+/// `  device <resource> <id>  <holder or free>`.
+fn device_line(d: &super::DeviceView) -> String {
+    let holder = d.holder.as_ref().map_or_else(
+        || "free".to_string(),
+        |h| format!("{} {}", h.pod, h.container),
+    );
+    format!("  device {:<24} {:<12} {holder}", d.resource, d.id)
 }
 
 /// One block per NUMA node: every CPU with its owner, then memory when accounted.
@@ -99,6 +117,9 @@ pub fn numa_map(out: &mut String, nodes: &[NumaView]) {
                 bytes(m.exclusive),
                 bytes(m.free)
             );
+        }
+        for d in &n.devices {
+            let _ = writeln!(out, "{}", device_line(d));
         }
     }
 }

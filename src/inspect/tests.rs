@@ -49,6 +49,7 @@ fn view() -> PlacementView {
         pods: Vec::new(),
         refused: Vec::new(),
         pod_knowledge: Vec::new(),
+        devices_without_numa: Vec::new(),
     }
 }
 
@@ -185,4 +186,114 @@ fn refused_pods_and_pod_spec_sources_are_listed() {
     let json: serde_json::Value = serde_json::from_str(&v.to_json()).unwrap();
     assert_eq!(json["refused"][0]["count"], 7);
     assert_eq!(json["podKnowledge"][0]["link"], "live");
+}
+
+/// The kubelet's devices: gpu0 on node 0 held by `default/a&b main`, gpu1 on node 1 free, a
+/// NIC without topology.
+fn with_devices() -> PlacementView {
+    use crate::proto::podresources::v1 as pr;
+    let devs = |ids: &[&str], resource: &str, nodes: &[i64]| pr::ContainerDevices {
+        resource_name: resource.into(),
+        device_ids: ids.iter().map(|s| s.to_string()).collect(),
+        topology: (!nodes.is_empty()).then(|| pr::TopologyInfo {
+            nodes: nodes.iter().map(|&id| pr::NumaNode { id }).collect(),
+        }),
+    };
+    let allocatable = pr::AllocatableResourcesResponse {
+        devices: vec![
+            devs(&["gpu1"], "example.com/gpu", &[1]),
+            devs(&["gpu0"], "example.com/gpu", &[0]),
+            devs(&["nic0"], "example.com/nic", &[]),
+        ],
+        ..Default::default()
+    };
+    let list = pr::ListPodResourcesResponse {
+        pod_resources: vec![pr::PodResources {
+            name: "a&b".into(),
+            namespace: "default".into(),
+            containers: vec![pr::ContainerResources {
+                name: "main".into(),
+                devices: vec![devs(&["gpu0"], "example.com/gpu", &[0])],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut v = view();
+    v.pods.push(PodView {
+        uid: "u".into(),
+        namespace: "default".into(),
+        name: "a&b".into(),
+        source: "pods-api".into(),
+        sandbox_id: None,
+        cpus: Some("2-5".into()),
+        memory_nodes: None,
+        containers: vec![ContainerView {
+            name: "main".into(),
+            id: None,
+            cpus: "2-3".into(),
+            pool: "exclusive".into(),
+            memory_nodes: None,
+            devices: Vec::new(),
+        }],
+    });
+    add_devices(&mut v, &allocatable, &list);
+    v
+}
+
+#[test]
+fn devices_per_numa_node_with_their_holders() {
+    let v = with_devices();
+    let main = ContainerRef {
+        pod: "default/a&b".into(),
+        container: "main".into(),
+    };
+    let gpu = |id: &str, holder: Option<ContainerRef>| DeviceView {
+        resource: "example.com/gpu".into(),
+        id: id.into(),
+        holder,
+    };
+    assert_eq!(v.numa_nodes[0].devices, [gpu("gpu0", Some(main))]);
+    assert_eq!(v.numa_nodes[1].devices, [gpu("gpu1", None)]);
+    assert_eq!(v.devices_without_numa.len(), 1);
+    assert_eq!(v.devices_without_numa[0].id, "nic0");
+    assert_eq!(v.pods[0].containers[0].devices, ["example.com/gpu=gpu0"]);
+    // JSON: the view round-trips; a view without devices has no device fields.
+    let back: PlacementView = serde_json::from_str(&v.to_json()).unwrap();
+    assert_eq!(back, v);
+    let json: serde_json::Value = serde_json::from_str(&v.to_json()).unwrap();
+    assert_eq!(
+        json["numaNodes"][0]["devices"][0]["holder"]["container"],
+        "main"
+    );
+    assert_eq!(
+        json["pods"][0]["containers"][0]["devices"][0],
+        "example.com/gpu=gpu0"
+    );
+    assert!(!view().to_json().contains("devices"));
+}
+
+#[test]
+fn devices_in_the_table_and_the_svg() {
+    let v = with_devices();
+    let table = render_table(&v);
+    let node0 = table.split("NUMA node 1").next().unwrap();
+    assert!(
+        node0.contains("device example.com/gpu          gpu0         default/a&b main"),
+        "{table}"
+    );
+    let node1 = table.split("NUMA node 1").nth(1).unwrap();
+    assert!(node1.contains("gpu1         free"), "{table}");
+    assert!(
+        table.contains("devices without a NUMA node\n  device example.com/nic"),
+        "{table}"
+    );
+    assert!(table.contains("devices example.com/gpu=gpu0"), "{table}");
+    let svg = render_svg(&v);
+    let numa0 = svg.split(r#"id="numa-1""#).next().unwrap();
+    assert!(
+        numa0.contains("device example.com/gpu gpu0: default/a&amp;b main"),
+        "{svg}"
+    );
+    assert!(svg.contains("device example.com/gpu gpu1: free"), "{svg}");
 }
