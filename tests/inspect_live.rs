@@ -137,8 +137,10 @@ async fn start(kubelet: &str, machine: Topology) -> Live {
             .metrics(metrics.clone()),
     )
     .await;
-    let provider: PlacementProvider =
-        Arc::new(move || Some(PlacementView::from_registry(&placer.registry()).to_json()));
+    let provider: PlacementProvider = Arc::new(move || {
+        let json = PlacementView::from_registry(&placer.registry()).to_json();
+        Box::pin(async move { Some(json) })
+    });
     let server = MetricsServer::bind(([127, 0, 0, 1], 0).into(), metrics, Readiness::new())
         .await
         .unwrap()

@@ -245,10 +245,20 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
     let readiness = Readiness::new();
     let options = placement_options(&settings)?;
     let slot: Arc<OnceLock<Arc<Placer>>> = Arc::new(OnceLock::new());
+    // `/placement` shows the kubelet's devices from the socket PodResources merges them from.
+    let kubelet = settings.pod_resources.as_ref().and_then(|o| {
+        let path = o.kubelet_socket.as_ref()?;
+        Some(Arc::new(podresources::KubeletSource::new(
+            path,
+            o.kubelet_timeout,
+        )))
+    });
     let env = MetricsEnv {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
-        placement: options.as_ref().map(|_| placement_provider(slot.clone())),
+        placement: options
+            .as_ref()
+            .map(|_| placement_provider(slot.clone(), kubelet.clone())),
         shutdown: stop_rx.clone(),
     };
     let task = start_metrics(settings.metrics_address, &env).await?;

@@ -11,6 +11,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +76,9 @@ impl std::fmt::Debug for Readiness {
 }
 
 /// Answers `GET /placement`: the JSON body, or `None` while placement is not running yet.
-pub type PlacementProvider = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+/// Asynchronous: the view may ask the kubelet for its devices after reading the registry.
+pub type PlacementProvider =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send + Sync>;
 
 /// A bound, not yet serving, metrics endpoint.
 #[derive(Debug)]
@@ -225,8 +228,9 @@ impl MetricsServer {
 
 async fn serve_connection(stream: TcpStream, state: Arc<State>, mut stop: watch::Receiver<()>) {
     let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-        let response = route(&state, request.method(), request.uri().path());
-        async move { Ok::<_, Infallible>(response) }
+        let state = Arc::clone(&state);
+        let (method, path) = (request.method().clone(), request.uri().path().to_string());
+        async move { Ok::<_, Infallible>(answer(&state, &method, &path).await) }
     });
     let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
@@ -240,6 +244,14 @@ async fn serve_connection(stream: TcpStream, state: Arc<State>, mut stop: watch:
     if let Err(err) = result {
         debug!(error = %err, "metrics connection ended with an error");
     }
+}
+
+/// Answers one request: `/placement` from its provider, everything else by [`route`].
+async fn answer(state: &State, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    if path == "/placement" && (method == Method::GET || method == Method::HEAD) {
+        return placement(state.placement.as_ref()).await;
+    }
+    route(state, method, path)
 }
 
 /// Answers one request; pure apart from reading the metrics and the flag.
@@ -257,7 +269,6 @@ fn route(state: &State, method: &Method, path: &str) -> Response<Full<Bytes>> {
             );
             response
         }
-        "/placement" => placement(state.placement.as_ref()),
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" => readyz(&state.readiness),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
@@ -283,14 +294,14 @@ fn readyz(readiness: &Readiness) -> Response<Full<Bytes>> {
     response
 }
 
-fn placement(provider: Option<&PlacementProvider>) -> Response<Full<Bytes>> {
+async fn placement(provider: Option<&PlacementProvider>) -> Response<Full<Bytes>> {
     let Some(provider) = provider else {
         return text(
             StatusCode::NOT_FOUND,
             "placement is off (both resource managers are none)\n",
         );
     };
-    match provider() {
+    match provider().await {
         Some(json) => {
             let mut response = Response::new(Full::new(Bytes::from(json)));
             response.headers_mut().insert(

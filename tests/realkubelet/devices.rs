@@ -191,6 +191,45 @@ async fn device_plugin_device_beside_numa_shims_cpus_and_the_plugin_killed() {
     let alloc = podresources(&rig.shim.pod_resources(), &["allocatable"]);
     assert_eq!(devices(&alloc).len(), 2, "{alloc}");
 
+    // `/placement` (what `numa-shim inspect` draws): the devices on NUMA node 0, gpu0 held by
+    // the pod's container, which lists it beside numa-shim's CPU.
+    let view = rig.shim.placement();
+    let node0 = &view["numaNodes"][0];
+    let devices_of_node: Vec<(String, String)> = node0["devices"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no devices on node 0: {view}"))
+        .iter()
+        .map(|d| {
+            (
+                d["id"].as_str().unwrap_or_default().to_string(),
+                d["holder"]["container"]
+                    .as_str()
+                    .unwrap_or("free")
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        devices_of_node,
+        [
+            ("gpu0".to_string(), "app".to_string()),
+            ("gpu1".to_string(), "free".to_string())
+        ],
+        "{view}"
+    );
+    let pod_view = view["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        pod_view["containers"][0]["devices"][0], "example.com/gpu=gpu0",
+        "{view}"
+    );
+    assert_eq!(pod_view["containers"][0]["cpus"], "1", "{view}");
+
     // The plugin dies: the kubelet marks its devices unhealthy, numa-shim says so and serves on.
     plugin.kill9();
     wait_kubelet_gpus(&rig.kubelet, 0, &plugin).await;

@@ -11,9 +11,10 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use super::{load_settings, reload, stopped, Args, Settings};
-use crate::inspect::{KnowledgeView, PlacementView};
+use crate::inspect::{add_devices, KnowledgeView, PlacementView};
 use crate::knowledge::Link;
 use crate::lifecycle::Placer;
+use crate::podresources::KubeletSource;
 use crate::telemetry::{self, Metrics, MetricsServer, PlacementProvider, Readiness};
 
 /// A running metrics endpoint that a reload can stop.
@@ -31,28 +32,50 @@ pub(super) struct MetricsEnv {
     pub(super) shutdown: watch::Receiver<bool>,
 }
 
-/// `GET /placement`: the registry's view once placement has started.
-pub(super) fn placement_provider(slot: Arc<OnceLock<Arc<Placer>>>) -> PlacementProvider {
+/// `GET /placement`: the registry's view once placement has started, with the device plugin
+/// devices of the kubelet's PodResources (`kubelet`, when numa-shim reads it: the same socket
+/// PodResources merges devices from; without an answer the view has no devices, and
+/// [`KubeletSource`] logs why).
+pub(super) fn placement_provider(
+    slot: Arc<OnceLock<Arc<Placer>>>,
+    kubelet: Option<Arc<KubeletSource>>,
+) -> PlacementProvider {
     Arc::new(move || {
-        let placer = slot.get()?;
-        let mut view = PlacementView::from_registry(&placer.registry());
-        view.refused = placer.refusals();
-        view.pod_knowledge = placer
-            .knowledge()
-            .links()
-            .into_iter()
-            .map(|(origin, link)| KnowledgeView {
-                source: origin.as_str().to_string(),
-                link: match link {
-                    Link::Live => "live",
-                    Link::Connecting => "connecting",
-                    Link::Absent => "absent",
+        let view = registry_view(&slot);
+        let kubelet = kubelet.clone();
+        Box::pin(async move {
+            let mut view = view?;
+            if let Some(kubelet) = kubelet {
+                let (allocatable, list) = tokio::join!(kubelet.allocatable(), kubelet.list());
+                if let (Some(allocatable), Some(list)) = (allocatable, list) {
+                    add_devices(&mut view, &allocatable, &list);
                 }
-                .to_string(),
-            })
-            .collect();
-        Some(view.to_json())
+            }
+            Some(view.to_json())
+        })
     })
+}
+
+/// The view of the registry (the lock held only while it is copied), refusals and sources.
+fn registry_view(slot: &OnceLock<Arc<Placer>>) -> Option<PlacementView> {
+    let placer = slot.get()?;
+    let mut view = PlacementView::from_registry(&placer.registry());
+    view.refused = placer.refusals();
+    view.pod_knowledge = placer
+        .knowledge()
+        .links()
+        .into_iter()
+        .map(|(origin, link)| KnowledgeView {
+            source: origin.as_str().to_string(),
+            link: match link {
+                Link::Live => "live",
+                Link::Connecting => "connecting",
+                Link::Absent => "absent",
+            }
+            .to_string(),
+        })
+        .collect();
+    Some(view)
 }
 
 /// Binds and serves the metrics endpoint at `addr` (nothing when `None`).

@@ -220,20 +220,21 @@ fn default_address_is_loopback_9464() {
     assert_eq!(DEFAULT_ADDRESS.to_string(), "127.0.0.1:9464");
 }
 
-#[test]
-fn placement_route_uses_the_provider() {
+#[tokio::test]
+async fn placement_route_uses_the_provider() {
     let state = |placement| State {
         metrics: Arc::new(Metrics::new()),
         readiness: Readiness::new(),
         placement,
     };
-    let off = route(&state(None), &Method::GET, "/placement");
+    let off = answer(&state(None), &Method::GET, "/placement").await;
     assert_eq!(off.status(), StatusCode::NOT_FOUND);
-    let starting: PlacementProvider = Arc::new(|| None);
-    let r = route(&state(Some(starting)), &Method::GET, "/placement");
+    let starting: PlacementProvider = Arc::new(|| Box::pin(async { None }));
+    let r = answer(&state(Some(starting)), &Method::GET, "/placement").await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let live: PlacementProvider = Arc::new(|| Some("{\"pods\":[]}".to_string()));
-    let r = route(&state(Some(live)), &Method::GET, "/placement");
+    let live: PlacementProvider =
+        Arc::new(|| Box::pin(async { Some("{\"pods\":[]}".to_string()) }));
+    let r = answer(&state(Some(live)), &Method::GET, "/placement").await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
 }
