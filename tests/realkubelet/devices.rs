@@ -6,7 +6,8 @@
 //! node; numa-shim's PodResources lists the device beside the CPU and memory numa-shim chose,
 //! all on node 0 (this machine's one node). The plugin killed: the kubelet marks its devices
 //! unhealthy, numa-shim logs that the resource's devices are gone and keeps serving (the pod
-//! keeps its device and CPU, a new pod runs).
+//! keeps its device and CPU, a new pod runs). A kubelet restart in between finds the plugin
+//! again.
 
 use super::support::*;
 use super::*;
@@ -114,7 +115,7 @@ async fn device_plugin_device_beside_numa_shims_cpus_and_the_plugin_killed() {
     let _serial = SERIAL.lock().await;
     let env = Env::get();
     let started = Instant::now();
-    let rig = rig(&env, "devices", Mode::NumaShim, &settings("container")).await;
+    let mut rig = rig(&env, "devices", Mode::NumaShim, &settings("container")).await;
     let mut plugin = DevicePlugin::start(&env, &rig.kubelet, "devices", PLUGIN);
     plugin.wait_log("registered with the kubelet").await;
     // Registered before the pod comes: the kubelet admits a pod only against devices it has.
@@ -229,6 +230,18 @@ async fn device_plugin_device_beside_numa_shims_cpus_and_the_plugin_killed() {
         "{view}"
     );
     assert_eq!(pod_view["containers"][0]["cpus"], "1", "{view}");
+
+    // The kubelet restarts: it finds the plugin in its plugins_registry again, the pod keeps
+    // its device and CPU.
+    rig.kubelet.restart();
+    wait_kubelet_gpus(&rig.kubelet, 2, &plugin).await;
+    rig.kubelet.wait_running(&["gpu"], &[]).await;
+    let got = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
+    assert_eq!(
+        devices(&got["pod_resources"]["containers"][0]),
+        devs,
+        "{got}"
+    );
 
     // The plugin dies: the kubelet marks its devices unhealthy, numa-shim says so and serves on.
     plugin.kill9();
