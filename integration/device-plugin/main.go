@@ -290,13 +290,24 @@ func identity(path string) (uint64, bool) {
 	return uint64(st.Dev)<<32 ^ st.Ino, true
 }
 
+// options are the command line's settings.
+type options struct {
+	config     *Config
+	dpDir      string
+	registry   string
+	socketName string
+	hostDev    string
+	env        string
+}
+
 func main() {
 	configPath := flag.String("config", "", "JSON config: resource and devices (required)")
-	dpDir := flag.String("device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device plugin directory (classic registration on DIR/kubelet.sock)")
-	registry := flag.String("plugins-registry", "", "register through the kubelet's plugin watcher in this directory (<root-dir>/plugins_registry) instead")
-	socketName := flag.String("socket", "", "socket file name [<resource with / and . as ->.sock]")
-	hostDev := flag.String("host-dev", "/dev/null", "host device node each allocated device is created from")
-	env := flag.String("env", "EXAMPLE_DEVICE_IDS", "env var naming the allocated device ids")
+	var o options
+	flag.StringVar(&o.dpDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device plugin directory (classic registration on DIR/kubelet.sock)")
+	flag.StringVar(&o.registry, "plugins-registry", "", "register through the kubelet's plugin watcher in this directory (<root-dir>/plugins_registry) instead")
+	flag.StringVar(&o.socketName, "socket", "", "socket file name [<resource with / and . as ->.sock]")
+	flag.StringVar(&o.hostDev, "host-dev", "/dev/null", "host device node each allocated device is created from")
+	flag.StringVar(&o.env, "env", "EXAMPLE_DEVICE_IDS", "env var naming the allocated device ids")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	if *configPath == "" {
@@ -306,53 +317,73 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	name := *socketName
-	if name == "" {
-		name = strings.NewReplacer("/", "-", ".", "-").Replace(config.Resource) + ".sock"
-	}
-	dir := *dpDir
-	if *registry != "" {
-		dir = *registry
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		log.Fatal(err)
-	}
-	p := &plugin{
-		config:  config,
-		hostDev: *hostDev,
-		env:     *env,
-		socket:  filepath.Join(dir, name),
-		watcher: *registry != "",
-		stop:    make(chan struct{}),
-	}
+	o.config = config
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	stop := make(chan struct{})
+	go func() {
+		sig := <-signals
+		log.Printf("%v: stopping", sig)
+		close(stop)
+	}()
+	if err := run(o, stop); err != nil {
+		log.Fatal(err)
+	}
+}
 
+// run serves and registers the plugin until stop is closed; it serves and registers again when
+// its socket goes or (classic registration) the kubelet's socket is replaced.
+func run(o options, stop <-chan struct{}) error {
+	name := o.socketName
+	if name == "" {
+		name = strings.NewReplacer("/", "-", ".", "-").Replace(o.config.Resource) + ".sock"
+	}
+	dir := o.dpDir
+	if o.registry != "" {
+		dir = o.registry
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	p := &plugin{
+		config:  o.config,
+		hostDev: o.hostDev,
+		env:     o.env,
+		socket:  filepath.Join(dir, name),
+		watcher: o.registry != "",
+		stop:    make(chan struct{}),
+	}
 	var mu sync.Mutex
 	var server *grpc.Server
-	start := func() {
+	start := func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if server != nil {
 			server.Stop()
 		}
+		var err error
 		server, err = p.serve()
 		if err != nil {
-			log.Fatalf("serve %s: %v", p.socket, err)
+			return fmt.Errorf("serve %s: %w", p.socket, err)
 		}
-		log.Printf("serving %s (%d devices) on %s", config.Resource, len(config.Devices), p.socket)
+		log.Printf("serving %s (%d devices) on %s", o.config.Resource, len(o.config.Devices), p.socket)
+		return nil
 	}
-	start()
-	kubeletSock := filepath.Join(*dpDir, "kubelet.sock")
+	if err := start(); err != nil {
+		return err
+	}
+	kubeletSock := filepath.Join(o.dpDir, "kubelet.sock")
 	var kubeletID uint64
 	registered := false
-	ticker := time.NewTicker(500 * time.Millisecond)
+	ticker := time.NewTicker(200 * time.Millisecond)
 	defer ticker.Stop()
 	for {
 		if _, ok := identity(p.socket); !ok {
 			// A restarted kubelet (classic) or someone else removed our socket: serve again.
 			log.Printf("socket %s is gone: serving again", p.socket)
-			start()
+			if err := start(); err != nil {
+				return err
+			}
 			registered = false
 		}
 		if !p.watcher {
@@ -361,20 +392,19 @@ func main() {
 				if err := p.register(kubeletSock); err != nil {
 					log.Printf("register on %s: %v (retrying)", kubeletSock, err)
 				} else {
-					log.Printf("registered %s on %s", config.Resource, kubeletSock)
+					log.Printf("registered %s on %s", o.config.Resource, kubeletSock)
 					registered, kubeletID = true, id
 				}
 			}
 		}
 		select {
-		case sig := <-signals:
-			log.Printf("%v: stopping", sig)
+		case <-stop:
 			close(p.stop)
 			mu.Lock()
 			server.Stop()
 			mu.Unlock()
 			_ = os.Remove(p.socket)
-			return
+			return nil
 		case <-ticker.C:
 		}
 	}
