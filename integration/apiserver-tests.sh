@@ -4,7 +4,8 @@
 # the cluster tests (`cargo test --test cluster -- --ignored`: a real kubelet registered in
 # API-server mode with numa-shim as its runtime endpoint, pods from `kubectl apply`),
 # validates packaging/kubernetes against the real API server (kubectl apply --dry-run=server,
-# numa-shim's RBAC with kubectl auth can-i), stops it, and starts and stops it once more (the
+# numa-shim's RBAC with kubectl auth can-i), runs the sample DRA driver against it
+# (dra-driver/check.sh), stops it, and starts and stops it once more (the
 # harness must run twice in a row). Prints one line per check and "N passed, N failed".
 # Starts the private containerd of lib/containerd.sh too when NUMA_SHIM_IT_CONTAINERD is not set.
 # Needs root and integration/install-deps.sh; export your own IT_RUN.
@@ -144,6 +145,8 @@ for f in packaging/kubernetes/*.yaml; do
     check "kubectl apply --dry-run=server $f" dry_run "$f"
 done
 check "a DaemonSet with an unknown field is refused (negative control)" broken_daemonset
+check "the sample DRA driver publishes its ResourceSlice with NUMA node and PCIe root attributes" \
+    "$here/dra-driver/check.sh"
 check "numa-shim's RBAC: exactly list/watch/get pods, patch pods/status, create/patch events" rbac
 check "both DaemonSet manifests carry the same RBAC" same_rbac
 check "a new namespace gets its ServiceAccount within 30 s of an API server outage" after_outage

@@ -56,6 +56,7 @@ if [[ ${IT_DEPS:-all} != demo ]]; then
     done
     "$(dirname "$0")/kubelet-oracle/build.sh" # kubelet-oracle, the kubelet's managers as a judge
     "$(dirname "$0")/device-plugin/build.sh" # the sample device plugin (example.com/gpu)
+    "$(dirname "$0")/dra-driver/build.sh" # the sample DRA driver (gpu.example.com)
     # The loopback control plane: etcd, kube-apiserver, controllers and kubectl (cached in IT_CACHE).
     "$(dirname "$0")/install-controlplane.sh"
 fi
