@@ -23,6 +23,7 @@ use crate::relay::{self, Hook, RelayBuilder, SocketOptions};
 use crate::report::{ReportMode, ReportOptions};
 use crate::telemetry::{self, Metrics, Readiness};
 use crate::topology::Topology;
+use crate::transport;
 
 mod crio_check;
 pub mod reload;
@@ -407,8 +408,8 @@ pub fn settings(
         .or(file.listen.as_deref())
         .unwrap_or(DEFAULT_LISTEN);
     let runtime = match args.runtime.as_deref().or(file.runtime.as_deref()) {
-        Some(endpoint) => relay::parse_endpoint(endpoint)?,
-        None => relay::detect_runtime(root)?,
+        Some(endpoint) => transport::parse_endpoint(endpoint)?,
+        None => transport::detect_runtime(root)?,
     };
     let mode = match args.socket_mode.as_deref().or(file.socket_mode.as_deref()) {
         Some(text) => config::parse_mode(text)?,
@@ -429,7 +430,7 @@ pub fn settings(
         None => relay::DEFAULT_SHUTDOWN_GRACE,
     };
     Ok(Settings {
-        listen: relay::parse_endpoint(listen)?,
+        listen: transport::parse_endpoint(listen)?,
         runtime,
         socket: SocketOptions {
             mode,

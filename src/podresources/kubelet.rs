@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
-use super::server::MAX_MESSAGE;
-use crate::lifecycle::runtime::unix_channel;
 use crate::proto::podresources::v1 as pr;
+use crate::transport::limits::MAX_MESSAGE;
+use crate::transport::unix_channel;
 use pr::pod_resources_lister_client::PodResourcesListerClient;
 
 /// The shortest time between two warnings about an unreachable kubelet.
