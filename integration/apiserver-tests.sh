@@ -21,10 +21,10 @@ source "$here/lib/image.sh"
 source "$here/lib/containerd.sh"
 # shellcheck source=integration/lib/kubelet.sh
 source "$here/lib/kubelet.sh"
+# shellcheck source=integration/lib/checks.sh
+source "$here/lib/checks.sh"
 cd "$IT_REPO" || exit 1
 
-passed=0
-failed=0
 WORK=$(mktemp -d)
 # Run alone, it brings up the private containerd too (test-all.sh has it up already).
 own_containerd=0
@@ -37,29 +37,6 @@ cleanup() {
 trap cleanup EXIT
 trap "exit 143" TERM INT
 
-# check NAME CMD...: runs CMD, counts it, shows its output when it fails (or VERBOSE=1).
-check() {
-    local name=$1
-    shift
-    if "$@" >"$WORK/out" 2>&1; then
-        passed=$((passed + 1))
-        echo "ok   $name"
-        [[ ${VERBOSE:-0} == 1 ]] && sed 's/^/     | /' "$WORK/out"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name"
-        sed 's/^/     | /' "$WORK/out"
-    fi
-    return 0
-}
-
-fails_as_expected() {
-    if "$@"; then
-        echo "expected a failure, got success"
-        return 1
-    fi
-}
-
 dry_run() {
     it_kubectl apply --dry-run=server -f "$1"
 }
@@ -69,7 +46,7 @@ broken_daemonset() {
     sed 's/^      hostNetwork: true$/      hostNetwork: true\n      hostNetworkk: true/' \
         packaging/kubernetes/daemonset-containerd.yaml >"$WORK/broken.yaml"
     ! cmp -s "$WORK/broken.yaml" packaging/kubernetes/daemonset-containerd.yaml &&
-        fails_as_expected it_kubectl apply --dry-run=server --validate=strict -f "$WORK/broken.yaml"
+        it_fails_as_expected it_kubectl apply --dry-run=server --validate=strict -f "$WORK/broken.yaml"
 }
 
 # can_i YES|NO VERB RESOURCE: what kube-system/numa-shim may do, as the RBAC of the manifest grants.
@@ -137,19 +114,18 @@ export NUMA_SHIM_IT_CP=$IT_CP NUMA_SHIM_IT_CONTROLPLANE=$here/controlplane.sh
 export NUMA_SHIM_IT_CRICTL=$IT_BIN/crictl NUMA_SHIM_IT_RUN=$IT_RUN NUMA_SHIM_IT_NODE_NAME=$IT_NODE_NAME
 export NUMA_SHIM_IT_BUSYBOX_IMAGE=$IT_BUSYBOX_IMAGE
 cargo build --quiet --bins || exit 1
-check "cargo test --test apiserver (real kube-apiserver $IT_K8S_VERSION, etcd $IT_ETCD_VERSION)" \
+it_check "cargo test --test apiserver (real kube-apiserver $IT_K8S_VERSION, etcd $IT_ETCD_VERSION)" \
     cargo test --test apiserver -- --ignored --test-threads=1
-check "cargo test --test cluster (kubelet $IT_KUBELET_VERSION in API-server mode behind numa-shim)" \
+it_check "cargo test --test cluster (kubelet $IT_KUBELET_VERSION in API-server mode behind numa-shim)" \
     cargo test --test cluster -- --ignored --test-threads=1
 for f in packaging/kubernetes/*.yaml; do
-    check "kubectl apply --dry-run=server $f" dry_run "$f"
+    it_check "kubectl apply --dry-run=server $f" dry_run "$f"
 done
-check "a DaemonSet with an unknown field is refused (negative control)" broken_daemonset
-check "the sample DRA driver publishes its ResourceSlice with NUMA node and PCIe root attributes" \
+it_check "a DaemonSet with an unknown field is refused (negative control)" broken_daemonset
+it_check "the sample DRA driver publishes its ResourceSlice with NUMA node and PCIe root attributes" \
     "$here/dra-driver/check.sh"
-check "numa-shim's RBAC: exactly list/watch/get pods, patch pods/status, create/patch events" rbac
-check "both DaemonSet manifests carry the same RBAC" same_rbac
-check "a new namespace gets its ServiceAccount within 30 s of an API server outage" after_outage
-check "the control plane stops by PID and starts again" again
-echo "$passed passed, $failed failed"
-((failed == 0))
+it_check "numa-shim's RBAC: exactly list/watch/get pods, patch pods/status, create/patch events" rbac
+it_check "both DaemonSet manifests carry the same RBAC" same_rbac
+it_check "a new namespace gets its ServiceAccount within 30 s of an API server outage" after_outage
+it_check "the control plane stops by PID and starts again" again
+it_checks_done apiserver-tests

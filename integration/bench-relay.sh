@@ -37,12 +37,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # Own state folder, so a harness run (/run/numa-shim-it) can go on beside this one.
 export IT_RUN=${IT_RUN:-/run/numa-shim-bench}
-# shellcheck source=integration/lib/common.sh
-source "$here/lib/common.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/lib/containerd.sh"
 # shellcheck source=integration/lib/bench.sh
 source "$here/lib/bench.sh"
 

@@ -17,33 +17,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-PASSED=0
-FAILED=0
-
-# check NAME COMMAND...: runs COMMAND, counts it, shows its output when it fails (or VERBOSE=1).
-check() {
-    local name=$1
-    shift
-    if "$@" >"$WORK/out" 2>&1; then
-        PASSED=$((PASSED + 1))
-        echo "ok   $name"
-        [ "${VERBOSE:-0}" = 1 ] && sed 's/^/     | /' "$WORK/out"
-    else
-        FAILED=$((FAILED + 1))
-        echo "FAIL $name"
-        sed 's/^/     | /' "$WORK/out"
-    fi
-    return 0
-}
-
-# fails_as_expected COMMAND...: succeeds only if COMMAND fails (negative controls).
-fails_as_expected() {
-    if "$@"; then
-        echo "expected a failure, got success"
-        return 1
-    fi
-    return 0
-}
+# shellcheck source=integration/lib/checks.sh
+source "$ROOT/integration/lib/checks.sh"
 
 ensure_tools() {
     command -v systemd-analyze >/dev/null || {
@@ -77,7 +52,7 @@ verify_quiet() {
 unit_typo() {
     mkdir -p "$WORK/typo"
     sed 's/^Restart=always$/Restart=alwayz/' "$WORK/units/numa-shim.service" >"$WORK/typo/numa-shim.service"
-    fails_as_expected verify_quiet "$WORK/typo/numa-shim.service"
+    it_fails_as_expected verify_quiet "$WORK/typo/numa-shim.service"
 }
 
 # systemd's own exposure score for the hardening (0 = locked down, 10 = none); demand <= 3.
@@ -128,7 +103,7 @@ kubelet_dropin_loads() {
 kubelet_dropin_typo() {
     local dir=$WORK/kubelet-units
     sed -i 's/^Wants=/Wantz=/' "$dir/kubelet.service.d/10-numa-shim.conf"
-    (cd "$dir" && SYSTEMD_UNIT_PATH="$dir:" fails_as_expected verify_quiet "$dir/kubelet.service")
+    (cd "$dir" && SYSTEMD_UNIT_PATH="$dir:" it_fails_as_expected verify_quiet "$dir/kubelet.service")
 }
 
 # --- Kubernetes manifests -----------------------------------------------------------------------
@@ -143,7 +118,7 @@ broken_manifest() {
         -e 's/^          privileged: true$/          privileged: true\n          privilegedd: true/' \
         "$ROOT/packaging/kubernetes/daemonset-containerd.yaml" >"$WORK/broken.yaml"
     ! cmp -s "$WORK/broken.yaml" "$ROOT/packaging/kubernetes/daemonset-containerd.yaml" &&
-        fails_as_expected validate_manifests "$WORK/broken.yaml"
+        it_fails_as_expected validate_manifests "$WORK/broken.yaml"
 }
 
 # daemonset_shape FILE RUNTIME_DIR [EXTRA_HOST_PATH...]: the DaemonSet's privileges, host paths
@@ -206,7 +181,7 @@ EOF
 misspelled_kubelet_field() {
     sed 's/^cpuManagerPolicy:/cpuManagerPolicys:/' \
         "$ROOT/packaging/kubelet/kubelet.conf.d/10-numa-shim.conf" >"$WORK/misspelled.conf"
-    fails_as_expected "$WORK/kubeletconfig-check" "$WORK/misspelled.conf"
+    it_fails_as_expected "$WORK/kubeletconfig-check" "$WORK/misspelled.conf"
 }
 
 # --- Debian package -----------------------------------------------------------------------------
@@ -298,35 +273,34 @@ ensure_tools
 (cd "$ROOT" && cargo build -q --bin numa-shim) || { echo "FAIL cargo build"; exit 1; }
 BINARY=$CARGO_TARGET_DIR/debug/numa-shim
 
-check "systemd unit: copy with ExecStart=$BINARY" unit_copy "$BINARY"
-check "systemd unit: systemd-analyze verify, no warnings" verify_quiet "$WORK/units/numa-shim.service"
-check "systemd unit: ordering, restart, directories, hardening" unit_has_settings
-check "systemd unit: systemd-analyze security --offline exposure <= 3.0" unit_exposure
-check "systemd unit: a typo makes verify complain (negative control)" unit_typo
-check "kubelet.service drop-in: verify with a kubeadm-style kubelet.service" kubelet_dropin_loads
-check "kubelet.service drop-in: a typo in it is reported (negative control)" kubelet_dropin_typo
-check "kubelet drop-in: exact endpoint and policies" dropin_values
-check "kubeletconfig-check builds (k8s.io/kubelet types)" build_kubeletconfig_check
-check "kubelet drop-in: strict KubeletConfiguration decode" \
+it_check "systemd unit: copy with ExecStart=$BINARY" unit_copy "$BINARY"
+it_check "systemd unit: systemd-analyze verify, no warnings" verify_quiet "$WORK/units/numa-shim.service"
+it_check "systemd unit: ordering, restart, directories, hardening" unit_has_settings
+it_check "systemd unit: systemd-analyze security --offline exposure <= 3.0" unit_exposure
+it_check "systemd unit: a typo makes verify complain (negative control)" unit_typo
+it_check "kubelet.service drop-in: verify with a kubeadm-style kubelet.service" kubelet_dropin_loads
+it_check "kubelet.service drop-in: a typo in it is reported (negative control)" kubelet_dropin_typo
+it_check "kubelet drop-in: exact endpoint and policies" dropin_values
+it_check "kubeletconfig-check builds (k8s.io/kubelet types)" build_kubeletconfig_check
+it_check "kubelet drop-in: strict KubeletConfiguration decode" \
     "$WORK/kubeletconfig-check" "$ROOT/packaging/kubelet/kubelet.conf.d/10-numa-shim.conf"
-check "kubelet drop-in: a misspelled field is rejected (negative control)" misspelled_kubelet_field
-check "example configs: kubelet fields decode strictly" \
+it_check "kubelet drop-in: a misspelled field is rejected (negative control)" misspelled_kubelet_field
+it_check "example configs: kubelet fields decode strictly" \
     "$WORK/kubeletconfig-check" -fragment "$ROOT"/packaging/config/*.yaml
-check "manifests: kubernetes-validate --strict (1.37 schemas)" \
+it_check "manifests: kubernetes-validate --strict (1.37 schemas)" \
     validate_manifests "$ROOT"/packaging/kubernetes/*.yaml
-check "manifests: a broken DaemonSet is rejected (negative control)" broken_manifest
+it_check "manifests: a broken DaemonSet is rejected (negative control)" broken_manifest
 cp "$ROOT/packaging/kubernetes/daemonset-containerd.yaml" "$ROOT/packaging/kubernetes/daemonset-crio.yaml" "$WORK/"
-check "DaemonSet containerd: privileges, host paths, probes, config" \
+it_check "DaemonSet containerd: privileges, host paths, probes, config" \
     daemonset_shape "$WORK/daemonset-containerd.yaml" /run/containerd
-check "DaemonSet CRI-O: privileges, host paths, probes, config" \
+it_check "DaemonSet CRI-O: privileges, host paths, probes, config" \
     daemonset_shape "$WORK/daemonset-crio.yaml" /var/run/crio /etc/crio
-check "DaemonSet configs: kubelet fields decode strictly" \
+it_check "DaemonSet configs: kubelet fields decode strictly" \
     "$WORK/kubeletconfig-check" -fragment "$WORK"/daemonset-*.yaml.config.yaml
-check "cargo deb builds the package" build_deb
-check "deb: dpkg-deb -c lists every file with its mode" deb_lists_files
-check "deb: extracted files equal the sources, binary runs" deb_extracts_in_place
-check "deb: conffiles and systemd maintainer scripts" deb_control
-check "deb: dpkg -i into a scratch root, unit enabled there" deb_installs_into_instdir
+it_check "cargo deb builds the package" build_deb
+it_check "deb: dpkg-deb -c lists every file with its mode" deb_lists_files
+it_check "deb: extracted files equal the sources, binary runs" deb_extracts_in_place
+it_check "deb: conffiles and systemd maintainer scripts" deb_control
+it_check "deb: dpkg -i into a scratch root, unit enabled there" deb_installs_into_instdir
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" -eq 0 ]
+it_checks_done packaging

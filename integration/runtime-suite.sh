@@ -23,28 +23,13 @@ source "$here/lib/image.sh"
 source "$here/lib/runtime.sh"
 # shellcheck source=integration/lib/kubelet.sh
 source "$here/lib/kubelet.sh"
+# shellcheck source=integration/lib/checks.sh
+source "$here/lib/checks.sh"
 cd "$IT_REPO"
 
 name=$IT_RUNTIME
 [[ $IT_RUNTIME == containerd ]] && name="containerd ${IT_CONTAINERD_VERSION:-1.6 (Debian)}"
 [[ $IT_RUNTIME == crio ]] && name="CRI-O $IT_CRIO_VERSION"
-passed=0
-failed=0
-summary=()
-check() {
-    local what=$1 start rc=0
-    shift
-    start=$(date +%s)
-    it_log "--- $name: $what"
-    "$@" || rc=$?
-    if ((rc == 0)); then
-        passed=$((passed + 1))
-        summary+=("ok     $(($(date +%s) - start))s  $what")
-    else
-        failed=$((failed + 1))
-        summary+=("FAILED $(($(date +%s) - start))s  $what (exit $rc)")
-    fi
-}
 
 trap it_teardown EXIT
 trap "exit 143" TERM INT
@@ -52,17 +37,15 @@ it_up
 export NUMA_SHIM_IT_CONTAINERD NUMA_SHIM_IT_CRICTL=$IT_BIN/crictl NUMA_SHIM_IT_RUN=$IT_RUN
 export NUMA_SHIM_IT_CGROUP_PARENT=/$IT_CG NUMA_SHIM_IT_BUSYBOX_IMAGE=$IT_BUSYBOX_IMAGE
 export NUMA_SHIM_IT_RUNTIME=$IT_RUNTIME
-check "real-runtime tests" cargo test --test realruntime -- --ignored --test-threads=1
-check "crictl parity" "$here/crictl_parity.sh"
-check "critest parity" "$here/critest.sh"
+it_timed "real-runtime tests" cargo test --test realruntime -- --ignored --test-threads=1
+it_timed "crictl parity" "$here/crictl_parity.sh"
+it_timed "critest parity" "$here/critest.sh"
 # The tutorial's combination (a standalone kubelet, numa-shim, CRI-O): the tutorial's pods in
 # pod and container scope through numa-shim and through the kubelet's own managers. The rest of
 # tests/realkubelet (restarts, refusals, the soak) runs on containerd 1.6 in test-all.sh.
 if [[ $IT_RUNTIME == crio ]]; then
-    check "real kubelet $IT_KUBELET_VERSION (tutorial)" it_kubelet_tests "$IT_KUBELET_VERSION" tutorial::
+    it_timed "real kubelet $IT_KUBELET_VERSION (tutorial)" it_kubelet_tests "$IT_KUBELET_VERSION" tutorial::
 fi
 
 it_log "$name summary:"
-printf '  %s\n' "${summary[@]}" >&2
-echo "runtime-suite $IT_RUNTIME: $passed passed, $failed failed"
-((failed == 0))
+it_checks_done "runtime-suite $IT_RUNTIME"

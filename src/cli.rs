@@ -1,6 +1,7 @@
 //! Command-line entry points. The only place that prints to stdout.
 
 pub mod check_config;
+pub mod flags;
 pub mod inspect;
 pub mod serve;
 pub mod simulate;

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::k8s::kubelet_config::KubeletConfiguration;
 use crate::k8s::RunningConfigError;
 
+mod merge;
 mod validate;
 
 pub use validate::FieldError;

@@ -25,3 +25,4 @@ pub mod scenario;
 pub mod state;
 pub mod telemetry;
 pub mod topology;
+pub mod transport;

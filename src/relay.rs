@@ -30,7 +30,6 @@ use tokio::task::JoinSet;
 use tracing::{debug, debug_span, info, warn, Instrument};
 
 mod authority;
-mod endpoint;
 mod error;
 pub(crate) mod grpc;
 mod hook;
@@ -41,7 +40,6 @@ mod upstream;
 
 pub use crate::listen::SocketOptions;
 pub use authority::AuthorityFilter;
-pub use endpoint::{detect_runtime, parse as parse_endpoint, EndpointError, RUNTIME_CANDIDATES};
 pub use error::RelayError;
 pub use hook::{
     CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
@@ -49,11 +47,12 @@ pub use hook::{
 pub use settle::DEFAULT_SETTLE_DELAY;
 
 use crate::telemetry::Metrics;
+use crate::transport::limits;
 use grpc::RelayBody;
 use upstream::Upstream;
 
 /// Largest intercepted message collected in memory (passthrough bodies are never collected).
-pub const DEFAULT_MAX_MESSAGE: usize = 64 << 20;
+pub const DEFAULT_MAX_MESSAGE: usize = crate::transport::limits::DEFAULT_MAX_RELAYED_MESSAGE;
 /// How long in-flight calls may run after shutdown was requested.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -250,9 +249,9 @@ fn server_builder() -> http2::Builder<TokioExecutor> {
     builder
         .timer(TokioTimer::new())
         .auto_date_header(false)
-        .initial_stream_window_size(4 << 20)
-        .initial_connection_window_size(16 << 20)
-        .max_frame_size(1 << 20)
+        .initial_stream_window_size(limits::STREAM_WINDOW)
+        .initial_connection_window_size(limits::CONNECTION_WINDOW)
+        .max_frame_size(limits::MAX_FRAME)
         .max_header_list_size(upstream::MAX_HEADER_LIST)
         .max_concurrent_streams(None);
     builder

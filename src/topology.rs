@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::cpuset::{CpuSet, CpuSetError};
 use crate::quantity::QuantityError;
 
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod json;
 pub mod synthetic;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use numa_shim::cli::check_config::{check, check_files, check_kubelet, Args};
+use numa_shim::cli::flags::FileFlags;
 use numa_shim::config::Config;
 
 fn root() -> &'static Path {
@@ -100,11 +101,11 @@ fn packaged_configs_pass() {
     let machine = machine_in(dir.path());
     for name in ["config.yaml", "pod-scope.yaml", "high-performance.yaml"] {
         let f = check_files(&Args {
-            config: Some(root().join("packaging/config").join(name)),
-            kubelet_config: None,
-            kubelet_config_dir: None,
-            topology: Some(machine.clone()),
-            ..Args::default()
+            files: FileFlags {
+                config: Some(root().join("packaging/config").join(name)),
+                topology: Some(machine.clone()),
+                ..FileFlags::default()
+            },
         });
         assert!(f.errors.is_empty(), "{name}: {f:?}");
     }

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use numa_shim::cpuset::CpuSet;
-use numa_shim::lifecycle::runtime::unix_channel;
 use numa_shim::listen::{self, SocketOptions};
 use numa_shim::podresources::{PodResourcesService, RegistrySource};
 use numa_shim::proto::podresources::v1 as pr;
+use numa_shim::transport::unix_channel;
 use support::*;
 use tonic::Code;
 

@@ -9,10 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cri::runtime_service_client::RuntimeServiceClient;
-use numa_shim::lifecycle::runtime::unix_channel;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::podresources::v1 as pr;
 use numa_shim::topology::SyntheticSpec;
+use numa_shim::transport::unix_channel;
 use pr::pod_resources_lister_client::PodResourcesListerClient;
 
 #[path = "support/e2e/runtime.rs"]

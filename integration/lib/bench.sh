@@ -1,11 +1,20 @@
 # shellcheck shell=bash
 # The targets of the peer comparison benchmark (integration/bench-relay.sh): how each relay is
 # built and started in front of the harness's private containerd, and the figures read from the
-# kernel about it (RSS from /proc, instructions under callgrind). Source after containerd.sh.
+# kernel about it (RSS from /proc, instructions under callgrind).
 #
 # Targets: shim-on (numa-shim placing pods as a user runs it: static CPU policy, pod scope,
 # Static memory), shim-off (numa-shim without placement), go-proxy (transparent grpc-go proxy),
 # go-cri (typed grpc-go CRI relay), floor-rust (relay_load byte-relay), floor-c (epoll-relay).
+# The benchmark scripts source only this: it brings in the harness they share (common.sh,
+# image.sh, containerd.sh).
+
+# shellcheck source=integration/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=integration/lib/image.sh
+source "$(dirname "${BASH_SOURCE[0]}")/image.sh"
+# shellcheck source=integration/lib/containerd.sh
+source "$(dirname "${BASH_SOURCE[0]}")/containerd.sh"
 
 BENCH_PEERS=$IT_REPO/integration/bench-peers
 # shellcheck disable=SC2034 # used by integration/bench-relay.sh

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::flags::FileFlags;
 use crate::config::{self, Config};
 use crate::cpuset::CpuSet;
 use crate::crio;
@@ -17,27 +18,11 @@ use crate::placement::config::{Config as Placement, CpuPolicy, MemoryPolicy};
 use crate::placement::node::Node;
 use crate::topology::Topology;
 
-/// Arguments of `numa-shim check-config`.
+/// Arguments of `numa-shim check-config`: the same files `serve` reads.
 #[derive(Debug, Default, clap::Args)]
 pub struct Args {
-    /// Configuration file (YAML or JSON) [default: only the other flags and defaults].
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// The kubelet's configuration file: checked to run under numa-shim (its managers off, its
-    /// reservations mirroring numa-shim's); its resource-manager fields are used when the
-    /// numa-shim file sets none.
-    #[arg(long)]
-    pub kubelet_config: Option<PathBuf>,
-    /// The kubelet's drop-in directory (`--config-dir`), merged over `--kubelet-config`.
-    #[arg(long)]
-    pub kubelet_config_dir: Option<PathBuf>,
-    /// Topology JSON file or sysfs root to check against [default: the file's, else /sys].
-    #[arg(long)]
-    pub topology: Option<PathBuf>,
-    /// CRI-O's configuration file (with its `<file>.d` drop-ins) or drop-in directory to check
-    /// [default: the file's `crioConfig`, else none].
-    #[arg(long)]
-    pub crio_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub files: FileFlags,
 }
 
 /// What the check found.
@@ -59,34 +44,23 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
     }
 }
 
-/// Loads the files named by `args` and checks them.
+/// Loads the files named by `args`, lays the flags over the file as `serve` does, and checks
+/// the result.
 pub fn check_files(args: &Args) -> Findings {
-    let mut file = match &args.config {
-        Some(path) => match config::load(path) {
-            Ok(file) => file,
-            Err(err) => {
-                return Findings {
-                    errors: vec![err.to_string()],
-                    warnings: Vec::new(),
-                }
+    let file = match args.files.load() {
+        Ok(file) => file.with_flags(&args.files.as_config()),
+        Err(err) => {
+            return Findings {
+                errors: vec![err.to_string()],
+                warnings: Vec::new(),
             }
-        },
-        None => Config::default(),
+        }
     };
-    if args.crio_config.is_some() {
-        file.crio_config.clone_from(&args.crio_config);
-    }
-    let topology = args
+    let topology = file
         .topology
         .clone()
-        .or_else(|| file.topology.clone())
         .unwrap_or_else(|| PathBuf::from("/sys"));
-    check_kubelet(
-        &file,
-        args.kubelet_config.as_deref(),
-        args.kubelet_config_dir.as_deref(),
-        &topology,
-    )
+    check_kubelet(&file, None, None, &topology)
 }
 
 /// [`check_kubelet`] without a drop-in directory.

@@ -11,6 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use super::flags::FileFlags;
 use crate::config::{self, Config, LogFormat, PodKnowledge};
 use crate::k8s::kubelet_config::KubeletConfiguration;
 use crate::k8s::Severity;
@@ -23,6 +24,7 @@ use crate::relay::{self, Hook, RelayBuilder, SocketOptions};
 use crate::report::{ReportMode, ReportOptions};
 use crate::telemetry::{self, Metrics, Readiness};
 use crate::topology::Topology;
+use crate::transport;
 
 mod crio_check;
 pub mod reload;
@@ -50,16 +52,9 @@ pub struct Args {
     /// /run/crio/crio.sock, /var/run/... that exists].
     #[arg(long)]
     pub runtime: Option<String>,
-    /// Configuration file (YAML or JSON).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// The kubelet's configuration file: its resource-manager fields are used when the config
-    /// file sets none, and the kubelet is checked against numa-shim's settings at start.
-    #[arg(long)]
-    pub kubelet_config: Option<PathBuf>,
-    /// The kubelet's drop-in directory (`--config-dir`), merged over `--kubelet-config`.
-    #[arg(long)]
-    pub kubelet_config_dir: Option<PathBuf>,
+    /// The configuration files: numa-shim's, the kubelet's, CRI-O's; the topology.
+    #[command(flatten)]
+    pub files: FileFlags,
     /// Octal mode of the listening socket [default: 0660].
     #[arg(long)]
     pub socket_mode: Option<String>,
@@ -78,9 +73,6 @@ pub struct Args {
     /// Checkpoint directory [default: /var/lib/numa-shim].
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
-    /// Topology JSON file or sysfs root to take the machine from [default: /sys].
-    #[arg(long)]
-    pub topology: Option<PathBuf>,
     /// Where pod specs come from [default: the Pods API whenever its socket is there (picked up
     /// when it appears), else the API server when a kubeconfig is given, else cri].
     #[arg(long, value_enum)]
@@ -112,10 +104,38 @@ pub struct Args {
     /// [default: /var/lib/kubelet/pod-resources/kubelet.sock]; `none` never asks.
     #[arg(long)]
     pub kubelet_pod_resources_socket: Option<PathBuf>,
-    /// CRI-O's configuration file (with its `<file>.d` drop-ins) or drop-in directory, checked
-    /// for settings that fight numa-shim over cpusets [default: only CRI-O's Status answer].
-    #[arg(long)]
-    pub crio_config: Option<PathBuf>,
+}
+
+impl Args {
+    /// The keys the flags stand for, set where a flag was given (`Config::with_flags` lays
+    /// them over the file).
+    pub fn as_config(&self) -> Config {
+        Config {
+            listen: self.listen.clone(),
+            runtime: self.runtime.clone(),
+            socket_mode: self.socket_mode.clone(),
+            socket_group: self.socket_group,
+            shutdown_grace_period: self.shutdown_grace.clone(),
+            log_format: self.log_format,
+            log_level: self.log_level.clone(),
+            state_dir: self.state_dir.clone(),
+            pod_knowledge: self.pod_knowledge,
+            pods_api_socket: self.pods_api_socket.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            node_name: self.node_name.clone(),
+            refusal_reports: self.refusal_reports,
+            metrics_address: self.metrics_address.clone(),
+            drift_period: self.drift_period.clone(),
+            pod_resources_socket: self.pod_resources_socket.clone(),
+            kubelet_pod_resources_socket: self.kubelet_pod_resources_socket.clone(),
+            ..self.files.as_config()
+        }
+    }
+
+    /// The config file with the flags laid over it, not yet validated.
+    fn merged(&self) -> Result<Config, config::ConfigError> {
+        Ok(self.files.load()?.with_flags(&self.as_config()))
+    }
 }
 
 /// Everything `serve` needs, after merging flags, file and defaults.
@@ -163,71 +183,19 @@ pub fn run(args: Args) -> Result<(), super::CliError> {
 /// Reads the config file (if any), lays the flags over it, validates the result (flags get the
 /// same checks as the keys they stand for) and resolves it.
 pub fn load_settings(args: &Args) -> Result<Settings, super::CliError> {
-    let file = match &args.config {
-        Some(path) => config::load(path)?,
-        None => Config::default(),
-    };
-    let merged = with_flags(args, file);
+    let merged = args.merged()?;
     let errors = merged.validate();
     if !errors.is_empty() {
         let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
         return Err(format!("invalid configuration: {}", list.join("; ")).into());
     }
-    settings(args, &merged, Path::new("/"))
+    settings(&merged, Path::new("/"))
 }
 
 /// The warnings `check-config` would show for the merged configuration (logged at start).
 pub fn config_warnings(args: &Args) -> Vec<String> {
-    let file = match &args.config {
-        Some(path) => config::load(path).unwrap_or_default(),
-        None => Config::default(),
-    };
-    let merged = with_flags(args, file);
+    let merged = args.merged().unwrap_or_default();
     merged.warnings().iter().map(ToString::to_string).collect()
-}
-
-/// `file` with every flag given on the command line in place of its key.
-fn with_flags(args: &Args, mut file: Config) -> Config {
-    fn set<T: Clone>(key: &mut Option<T>, flag: &Option<T>) {
-        if flag.is_some() {
-            key.clone_from(flag);
-        }
-    }
-    set(&mut file.listen, &args.listen);
-    set(&mut file.runtime, &args.runtime);
-    set(&mut file.socket_mode, &args.socket_mode);
-    set(&mut file.socket_group, &args.socket_group);
-    set(&mut file.shutdown_grace_period, &args.shutdown_grace);
-    set(&mut file.state_dir, &args.state_dir);
-    set(&mut file.topology, &args.topology);
-    set(&mut file.pod_knowledge, &args.pod_knowledge);
-    set(&mut file.pods_api_socket, &args.pods_api_socket);
-    set(&mut file.kubeconfig, &args.kubeconfig);
-    set(&mut file.node_name, &args.node_name);
-    set(&mut file.metrics_address, &args.metrics_address);
-    set(&mut file.drift_period, &args.drift_period);
-    set(&mut file.pod_resources_socket, &args.pod_resources_socket);
-    set(
-        &mut file.kubelet_pod_resources_socket,
-        &args.kubelet_pod_resources_socket,
-    );
-    set(&mut file.kubelet_config, &args.kubelet_config);
-    set(&mut file.kubelet_config_dir, &args.kubelet_config_dir);
-    set(&mut file.crio_config, &args.crio_config);
-    // A flag wins over both spellings of the log keys.
-    if args.log_format.is_some() {
-        file.log_format = args.log_format;
-        if let Some(logging) = file.logging.as_mut() {
-            logging.format = None;
-        }
-    }
-    if args.log_level.is_some() {
-        file.log_level.clone_from(&args.log_level);
-        if let Some(logging) = file.logging.as_mut() {
-            logging.level = None;
-        }
-    }
-    file
 }
 
 async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
@@ -405,116 +373,78 @@ fn warn_about_kubelet(
     }
 }
 
-/// Merges flags over the config file over defaults; `root` is where runtime sockets are probed.
-pub fn settings(
-    args: &Args,
-    file: &Config,
-    root: &std::path::Path,
-) -> Result<Settings, super::CliError> {
-    let listen = args
-        .listen
-        .as_deref()
-        .or(file.listen.as_deref())
-        .unwrap_or(DEFAULT_LISTEN);
-    let runtime = match args.runtime.as_deref().or(file.runtime.as_deref()) {
-        Some(endpoint) => relay::parse_endpoint(endpoint)?,
-        None => relay::detect_runtime(root)?,
+/// Resolves the merged configuration (flags already over the file) over the defaults; `root` is
+/// where runtime sockets are probed.
+pub fn settings(file: &Config, root: &std::path::Path) -> Result<Settings, super::CliError> {
+    let listen = file.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let runtime = match file.runtime.as_deref() {
+        Some(endpoint) => transport::parse_endpoint(endpoint)?,
+        None => transport::detect_runtime(root)?,
     };
-    let mode = match args.socket_mode.as_deref().or(file.socket_mode.as_deref()) {
+    let mode = match file.socket_mode.as_deref() {
         Some(text) => config::parse_mode(text)?,
         None => SocketOptions::default().mode,
     };
-    let state_dir = args
+    let state_dir = file
         .state_dir
         .clone()
-        .or_else(|| file.state_dir.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    let pod_resources = pod_resources(args, file, &state_dir)?;
-    let shutdown_grace = match args
-        .shutdown_grace
-        .as_deref()
-        .or(file.shutdown_grace_period.as_deref())
-    {
+    let pod_resources = pod_resources(file, &state_dir)?;
+    let shutdown_grace = match file.shutdown_grace_period.as_deref() {
         Some(text) => config::parse_duration(text)?,
         None => relay::DEFAULT_SHUTDOWN_GRACE,
     };
     Ok(Settings {
-        listen: relay::parse_endpoint(listen)?,
+        listen: transport::parse_endpoint(listen)?,
         runtime,
         socket: SocketOptions {
             mode,
-            group: args.socket_group.or(file.socket_group),
+            group: file.socket_group,
         },
         shutdown_grace,
-        log_format: args
+        log_format: file
             .log_format
-            .or(file.log_format)
             .or(file.logging.as_ref().and_then(|l| l.format))
             .unwrap_or_default(),
-        log_level: args
-            .log_level
-            .clone()
-            .or_else(|| file.log_level().map(str::to_string)),
+        log_level: file.log_level().map(str::to_string),
         state_dir,
-        topology: args
-            .topology
-            .clone()
-            .or_else(|| file.topology.clone())
-            .unwrap_or_else(|| root.join("sys")),
-        spec_source: spec_source(args, file, root)?,
-        reports: reports(args, file, root)?,
-        metrics_address: match args
-            .metrics_address
-            .as_deref()
-            .or(file.metrics_address.as_deref())
-        {
+        topology: file.topology.clone().unwrap_or_else(|| root.join("sys")),
+        spec_source: spec_source(file, root)?,
+        reports: reports(file, root)?,
+        metrics_address: match file.metrics_address.as_deref() {
             Some(text) => Some(
                 text.parse()
                     .map_err(|e| format!("metricsAddress {text:?}: {e}"))?,
             ),
             None => None,
         },
-        drift_period: match args
-            .drift_period
-            .as_deref()
-            .or(file.drift_period.as_deref())
-        {
+        drift_period: match file.drift_period.as_deref() {
             Some(text) => config::parse_duration(text)?,
             None => PoolSettings::default().drift_period,
         },
-        kubelet: config::kubelet_fields(file, args.kubelet_config.as_deref())?,
-        kubelet_running: config::kubelet_running(
-            file,
-            args.kubelet_config.as_deref(),
-            args.kubelet_config_dir.as_deref(),
-        )?,
+        kubelet: config::kubelet_fields(file, None)?,
+        kubelet_running: config::kubelet_running(file, None, None)?,
         pod_resources,
-        crio_config: args
-            .crio_config
-            .clone()
-            .or_else(|| file.crio_config.clone()),
+        crio_config: file.crio_config.clone(),
     })
 }
 
 /// PodResources settings: socket under the state dir unless set; `none` (or an empty path in
 /// the file) turns the server off, or the kubelet merge.
 fn pod_resources(
-    args: &Args,
     file: &Config,
     state_dir: &Path,
 ) -> Result<Option<podresources::Options>, super::CliError> {
-    let socket = args
+    let socket = file
         .pod_resources_socket
         .clone()
-        .or_else(|| file.pod_resources_socket.clone())
         .unwrap_or_else(|| state_dir.join("pod-resources/kubelet.sock"));
     if config::is_off(&socket) {
         return Ok(None);
     }
-    let kubelet = args
+    let kubelet = file
         .kubelet_pod_resources_socket
         .clone()
-        .or_else(|| file.kubelet_pod_resources_socket.clone())
         .unwrap_or_else(|| PathBuf::from(podresources::DEFAULT_KUBELET_SOCKET));
     let mut options = podresources::Options::new(socket);
     options.kubelet_socket = (!config::is_off(&kubelet)).then_some(kubelet);
@@ -525,49 +455,38 @@ fn pod_resources(
 }
 
 /// Refusal reports: on by default wherever numa-shim is given the API server for pod specs.
-fn reports(
-    args: &Args,
-    file: &Config,
-    root: &Path,
-) -> Result<Option<ReportOptions>, super::CliError> {
-    let kubeconfig = args.kubeconfig.clone().or_else(|| file.kubeconfig.clone());
-    let from_api_server = matches!(spec_source(args, file, root)?, SpecSource::ApiServer(_));
+fn reports(file: &Config, root: &Path) -> Result<Option<ReportOptions>, super::CliError> {
+    let kubeconfig = file.kubeconfig.clone();
+    let from_api_server = matches!(spec_source(file, root)?, SpecSource::ApiServer(_));
     let default = if from_api_server || kubeconfig.is_some() {
         ReportMode::EventsAndStatus
     } else {
         ReportMode::None
     };
-    let mode = args
-        .refusal_reports
-        .or(file.refusal_reports)
-        .unwrap_or(default);
+    let mode = file.refusal_reports.unwrap_or(default);
     if mode == ReportMode::None {
         return Ok(None);
     }
-    let node_name = args.node_name.clone().or_else(|| file.node_name.clone());
+    let node_name = file.node_name.clone();
     Ok(Some(ReportOptions {
         mode,
         api: ApiServerOptions::new(kubeconfig, node_name)?,
     }))
 }
 
-fn spec_source(args: &Args, file: &Config, root: &Path) -> Result<SpecSource, super::CliError> {
-    let socket = args
-        .pods_api_socket
-        .clone()
-        .or_else(|| file.pods_api_socket.clone())
-        .unwrap_or_else(|| {
-            root.join(crate::knowledge::pods_api::DEFAULT_SOCKET.trim_start_matches('/'))
-        });
-    let kubeconfig = args.kubeconfig.clone().or_else(|| file.kubeconfig.clone());
+fn spec_source(file: &Config, root: &Path) -> Result<SpecSource, super::CliError> {
+    let socket = file.pods_api_socket.clone().unwrap_or_else(|| {
+        root.join(crate::knowledge::pods_api::DEFAULT_SOCKET.trim_start_matches('/'))
+    });
+    let kubeconfig = file.kubeconfig.clone();
     let api_server = || -> Result<SpecSource, super::CliError> {
-        let node_name = args.node_name.clone().or_else(|| file.node_name.clone());
+        let node_name = file.node_name.clone();
         Ok(SpecSource::ApiServer(ApiServerOptions::new(
             kubeconfig.clone(),
             node_name,
         )?))
     };
-    Ok(match args.pod_knowledge.or(file.pod_knowledge) {
+    Ok(match file.pod_knowledge {
         Some(PodKnowledge::Cri) => SpecSource::CriOnly,
         Some(PodKnowledge::PodsApi) => SpecSource::PodsApi(socket),
         Some(PodKnowledge::Apiserver) => api_server()?,
@@ -592,6 +511,11 @@ mod tests {
 
     fn args() -> Args {
         Args::default()
+    }
+
+    /// `settings` of `file` with the flags of `a` over it, as `load_settings` does.
+    fn resolved(a: &Args, file: &Config, root: &Path) -> Result<Settings, crate::cli::CliError> {
+        settings(&file.clone().with_flags(&a.as_config()), root)
     }
 
     /// Flags get the same checks as the keys they stand for (a zero drift period would make
@@ -625,7 +549,7 @@ mod tests {
         )
         .unwrap();
         let mut a = args();
-        a.config = Some(path);
+        a.files.config = Some(path);
         a.log_format = Some(LogFormat::Json);
         a.log_level = Some("debug".into());
         let s = load_settings(&a).unwrap();
@@ -646,7 +570,7 @@ mod tests {
             ..Config::default()
         };
         let root = std::path::Path::new("/nonexistent");
-        let s = settings(&args(), &file, root).unwrap();
+        let s = resolved(&args(), &file, root).unwrap();
         assert_eq!(s.listen, PathBuf::from("/file.sock"));
         assert_eq!(s.runtime, PathBuf::from("/rt.sock"));
         assert_eq!(
@@ -661,7 +585,7 @@ mod tests {
         a.listen = Some("/flag.sock".into());
         a.socket_mode = Some("0660".into());
         a.log_format = Some(LogFormat::Json);
-        let s = settings(&a, &file, root).unwrap();
+        let s = resolved(&a, &file, root).unwrap();
         assert_eq!(s.listen, PathBuf::from("/flag.sock"));
         assert_eq!(s.socket.mode, 0o660);
         assert_eq!(s.log_format, LogFormat::Json);
@@ -670,12 +594,12 @@ mod tests {
     #[test]
     fn defaults_need_a_runtime_socket() {
         let root = tempfile::tempdir().unwrap();
-        let err = settings(&args(), &Config::default(), root.path()).unwrap_err();
+        let err = resolved(&args(), &Config::default(), root.path()).unwrap_err();
         assert!(err.to_string().contains("pass --runtime"), "{err}");
         std::fs::create_dir_all(root.path().join("run/containerd")).unwrap();
         let sock = root.path().join("run/containerd/containerd.sock");
         let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        let s = settings(&args(), &Config::default(), root.path()).unwrap();
+        let s = resolved(&args(), &Config::default(), root.path()).unwrap();
         assert_eq!(s.runtime, sock);
         assert_eq!(s.listen, PathBuf::from("/run/numa-shim/cri.sock"));
         assert_eq!(s.socket, SocketOptions::default());
@@ -703,19 +627,19 @@ mod tests {
                 _ => None,
             },
         };
-        let s = settings(&args(), &file, root).unwrap();
+        let s = resolved(&args(), &file, root).unwrap();
         assert_eq!(s.spec_source, auto(Some("/file.kubeconfig"), "file-node"));
         let mut a = args();
         a.kubeconfig = Some("/flag.kubeconfig".into());
         a.node_name = Some("flag-node".into());
-        let s = settings(&a, &file, root).unwrap();
+        let s = resolved(&a, &file, root).unwrap();
         assert_eq!(s.spec_source, auto(Some("/flag.kubeconfig"), "flag-node"));
         a.pod_knowledge = Some(PodKnowledge::Apiserver);
-        let s = settings(&a, &file, root).unwrap();
+        let s = resolved(&a, &file, root).unwrap();
         assert_eq!(s.spec_source, expect(Some("/flag.kubeconfig"), "flag-node"));
         a.pod_knowledge = Some(PodKnowledge::Cri);
         assert_eq!(
-            settings(&a, &file, root).unwrap().spec_source,
+            resolved(&a, &file, root).unwrap().spec_source,
             SpecSource::CriOnly
         );
         let in_cluster = Config {
@@ -723,7 +647,7 @@ mod tests {
             kubeconfig: None,
             ..file.clone()
         };
-        let s = settings(&args(), &in_cluster, root).unwrap();
+        let s = resolved(&args(), &in_cluster, root).unwrap();
         assert_eq!(s.spec_source, expect(None, "file-node"));
     }
 
@@ -739,13 +663,13 @@ mod tests {
             ApiServerOptions::new(kubeconfig.map(PathBuf::from), Some("n1".into())).unwrap()
         };
         // No API server in sight: nothing is written.
-        assert_eq!(settings(&args(), &file, root).unwrap().reports, None);
+        assert_eq!(resolved(&args(), &file, root).unwrap().reports, None);
         // A kubeconfig: Events and status through it.
         let with_kubeconfig = Config {
             kubeconfig: Some("/k.conf".into()),
             ..file.clone()
         };
-        let s = settings(&args(), &with_kubeconfig, root).unwrap();
+        let s = resolved(&args(), &with_kubeconfig, root).unwrap();
         assert_eq!(
             s.reports,
             Some(ReportOptions {
@@ -758,7 +682,7 @@ mod tests {
             pod_knowledge: Some(PodKnowledge::Apiserver),
             ..file.clone()
         };
-        let s = settings(&args(), &in_cluster, root).unwrap();
+        let s = resolved(&args(), &in_cluster, root).unwrap();
         assert_eq!(s.reports.unwrap().api, api(None));
         // Pod specs from the Pods API, reports asked for explicitly.
         let events = Config {
@@ -766,12 +690,12 @@ mod tests {
             refusal_reports: Some(ReportMode::Events),
             ..file.clone()
         };
-        let s = settings(&args(), &events, root).unwrap();
+        let s = resolved(&args(), &events, root).unwrap();
         assert_eq!(s.reports.unwrap().mode, ReportMode::Events);
         // Off by flag, over the file.
         let mut a = args();
         a.refusal_reports = Some(ReportMode::None);
-        assert_eq!(settings(&a, &with_kubeconfig, root).unwrap().reports, None);
+        assert_eq!(resolved(&a, &with_kubeconfig, root).unwrap().reports, None);
         let text = "refusalReports: events-and-status\nruntime: unix:///rt.sock\n";
         let parsed: Config = serde_yaml_ng::from_str(text).unwrap();
         assert_eq!(parsed.refusal_reports, Some(ReportMode::EventsAndStatus));
@@ -784,7 +708,7 @@ mod tests {
             ..Config::default()
         };
         let root = std::path::Path::new("/nonexistent");
-        let s = settings(&args(), &file, root).unwrap();
+        let s = resolved(&args(), &file, root).unwrap();
         let pr = s.pod_resources.unwrap();
         assert_eq!(pr.socket, PathBuf::from(podresources::DEFAULT_SOCKET));
         assert_eq!(pr.mode, 0o600);
@@ -794,19 +718,19 @@ mod tests {
         );
         let mut a = args();
         a.state_dir = Some("/tmp/st".into());
-        let s = settings(&a, &file, root).unwrap();
+        let s = resolved(&a, &file, root).unwrap();
         assert_eq!(
             s.pod_resources.unwrap().socket,
             PathBuf::from("/tmp/st/pod-resources/kubelet.sock")
         );
         a.kubelet_pod_resources_socket = Some("none".into());
-        let pr = settings(&a, &file, root).unwrap().pod_resources.unwrap();
+        let pr = resolved(&a, &file, root).unwrap().pod_resources.unwrap();
         assert_eq!(pr.kubelet_socket, None);
         a.pod_resources_socket = Some("none".into());
-        assert!(settings(&a, &file, root).unwrap().pod_resources.is_none());
+        assert!(resolved(&a, &file, root).unwrap().pod_resources.is_none());
         a.kubelet_pod_resources_socket = None;
         a.pod_resources_socket = Some(podresources::DEFAULT_KUBELET_SOCKET.into());
-        let err = settings(&a, &file, root).unwrap_err();
+        let err = resolved(&a, &file, root).unwrap_err();
         assert!(err.to_string().contains("kubelet's own socket"), "{err}");
     }
 }

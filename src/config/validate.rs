@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{parse_duration, parse_mode, Config};
-use crate::relay;
+use crate::transport;
 
 /// The API version a flattened KubeletConfiguration may declare.
 const KUBELET_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -211,7 +211,7 @@ fn node_name(name: &str) -> Result<(), String> {
 }
 
 fn endpoint(text: &str) -> Result<std::path::PathBuf, String> {
-    relay::parse_endpoint(text).map_err(|e| e.to_string())
+    transport::parse_endpoint(text).map_err(|e| e.to_string())
 }
 
 fn socket_mode(text: &str) -> Result<(), String> {

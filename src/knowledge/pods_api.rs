@@ -16,10 +16,11 @@ use tracing::{debug, info, warn};
 
 use super::{Link, PodCache};
 use crate::k8s::pod::Pod;
-use crate::lifecycle::runtime::unix_channel;
 use crate::placement::PodSpec;
 use crate::proto::podsapi::core_v1;
 use crate::proto::podsapi::v1alpha1::{pods_client::PodsClient, EventType, WatchPodsRequest};
+use crate::transport::limits::MAX_PODS_LIST;
+use crate::transport::unix_channel;
 
 /// The kubelet's Pods API socket.
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pods-api/pods-api.sock";
@@ -138,7 +139,7 @@ pub async fn watch(socket: PathBuf, cache: Arc<PodCache>) {
 }
 
 async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status> {
-    let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(16 << 20);
+    let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(MAX_PODS_LIST);
     let mut stream = client.watch_pods(WatchPodsRequest {}).await?.into_inner();
     cache.begin_sync();
     if cache.set_link(Link::Live) != Link::Live {

@@ -112,6 +112,9 @@ pub struct Registry {
     pods: BTreeMap<String, PodRecord>,
     /// Container id → record.
     containers: BTreeMap<String, ContainerRecord>,
+    /// Sandbox id → pod UID, kept in step with `pods` (every change of a pod record's presence
+    /// or sandbox id goes through `put_pod`, `take_pod` or `commit_sandbox`).
+    by_sandbox: HashMap<String, String>,
     /// Pod UID → revision: a fresh number whenever the pod's record, its containers' records
     /// or its holdings change (see [`Registry::revision`]). Not part of the checkpoint.
     revisions: HashMap<String, u64>,
@@ -125,6 +128,7 @@ impl Registry {
             node,
             pods: BTreeMap::new(),
             containers: BTreeMap::new(),
+            by_sandbox: HashMap::new(),
             revisions: HashMap::new(),
             last_revision: 0,
         }
@@ -184,7 +188,7 @@ impl Registry {
             active: true,
             origin: None,
         };
-        self.pods.insert(spec.uid, record);
+        self.put_pod(spec.uid, record);
         Ok(())
     }
 
@@ -199,7 +203,11 @@ impl Registry {
     /// The runtime created the sandbox: the reservation becomes the pod's.
     pub fn commit_sandbox(&mut self, pod_uid: &str, sandbox_id: &str) {
         if let Some(record) = self.pods.get_mut(pod_uid) {
-            record.sandbox_id = Some(sandbox_id.to_string());
+            if let Some(old) = record.sandbox_id.replace(sandbox_id.to_string()) {
+                self.by_sandbox.remove(&old);
+            }
+            self.by_sandbox
+                .insert(sandbox_id.to_string(), pod_uid.to_string());
             self.touch(pod_uid);
         }
     }
@@ -397,7 +405,7 @@ impl Registry {
     /// Releases the pod's holdings and forgets it and its containers.
     fn drop_pod(&mut self, uid: &str) {
         self.release_pod(uid);
-        self.pods.remove(uid);
+        self.take_pod(uid);
         self.containers.retain(|_, c| c.pod_uid != uid);
         self.forget(uid);
     }
@@ -454,6 +462,11 @@ impl Registry {
     pub fn restore(&mut self, snapshot: RegistrySnapshot) -> Result<(), NodeError> {
         self.node.restore(snapshot.node)?;
         self.pods = snapshot.pods;
+        self.by_sandbox = self
+            .pods
+            .iter()
+            .filter_map(|(uid, p)| Some((p.sandbox_id.clone()?, uid.clone())))
+            .collect();
         self.containers = snapshot.containers;
         self.revisions.clear();
         let uids: Vec<String> = self.pods.keys().cloned().collect();
@@ -493,16 +506,33 @@ impl Registry {
 
     /// The pod whose sandbox is `sandbox_id`.
     pub fn pod_of_sandbox(&self, sandbox_id: &str) -> Option<&PodRecord> {
-        self.pods
-            .values()
-            .find(|p| p.sandbox_id.as_deref() == Some(sandbox_id))
+        self.pods.get(self.by_sandbox.get(sandbox_id)?)
     }
 
     fn uid_of_sandbox(&self, sandbox_id: &str) -> Option<String> {
-        self.pods
-            .iter()
-            .find(|(_, p)| p.sandbox_id.as_deref() == Some(sandbox_id))
-            .map(|(uid, _)| uid.clone())
+        self.by_sandbox.get(sandbox_id).cloned()
+    }
+
+    /// Inserts (or replaces) a pod record and indexes its sandbox.
+    fn put_pod(&mut self, uid: String, record: PodRecord) {
+        let new_id = record.sandbox_id.clone();
+        if let Some(old) = self.pods.insert(uid.clone(), record) {
+            if let Some(id) = old.sandbox_id.filter(|id| Some(id) != new_id.as_ref()) {
+                self.by_sandbox.remove(&id);
+            }
+        }
+        if let Some(id) = new_id {
+            self.by_sandbox.insert(id, uid);
+        }
+    }
+
+    /// Removes a pod record and its sandbox's index entry.
+    fn take_pod(&mut self, uid: &str) -> Option<PodRecord> {
+        let old = self.pods.remove(uid)?;
+        if let Some(id) = &old.sandbox_id {
+            self.by_sandbox.remove(id);
+        }
+        Some(old)
     }
 
     fn release_pod(&mut self, uid: &str) {

@@ -3,17 +3,13 @@
 //! runtime's unix socket; every failure is a [`RuntimeError`] naming the socket and the method.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::proto::cri::v1 as cri;
 use crate::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
-
-/// Largest message numa-shim accepts from the runtime on its own calls.
-const MAX_MESSAGE: usize = 16 << 20;
+use crate::transport::limits::MAX_MESSAGE;
+use crate::transport::unix_channel;
 
 /// A call numa-shim made to the runtime that failed: which socket, which method, and the status.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -29,17 +25,6 @@ impl RuntimeError {
     pub fn code(&self) -> tonic::Code {
         self.status.code()
     }
-}
-
-/// A lazily connected channel to a unix-socket gRPC server.
-pub fn unix_channel(path: &Path) -> Channel {
-    let path: PathBuf = path.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_timeout(Duration::from_secs(2))
-        .connect_with_connector_lazy(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
 }
 
 /// The runtime client.

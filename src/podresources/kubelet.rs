@@ -16,10 +16,10 @@ use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use super::devices::{allocatable_devices, device_facts};
-use super::server::MAX_MESSAGE;
-use crate::lifecycle::runtime::unix_channel;
 use crate::placement::device::DeviceFacts;
 use crate::proto::podresources::v1 as pr;
+use crate::transport::limits::MAX_MESSAGE;
+use crate::transport::unix_channel;
 use pr::pod_resources_lister_client::PodResourcesListerClient;
 
 /// The shortest time between two warnings about an unreachable kubelet.

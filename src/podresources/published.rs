@@ -14,7 +14,7 @@ use prost::Message;
 use super::convert::pod_resources;
 use super::snapshot::{RegistrySource, Revised};
 use crate::proto::podresources::v1 as pr;
-use crate::relay::grpc::{put_prefix, PREFIX};
+use crate::transport::framing::{put_prefix, PREFIX};
 
 /// `ListPodResourcesResponse.pod_resources`: field 1, length-delimited.
 const POD_RESOURCES_KEY: u8 = (1 << 3) | 2;

@@ -32,7 +32,7 @@ use crate::proto::podresources::v1 as pr;
 use pr::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 
 /// Largest message sent or accepted (the kubelet's `podresources.DefaultMaxMsgSize`, 16 MiB).
-pub const MAX_MESSAGE: usize = 16 << 20;
+pub use crate::transport::limits::MAX_MESSAGE;
 
 /// Why the server answers a call with an error instead of resources. The one place these
 /// become gRPC statuses is [`AnswerError::status`].
@@ -214,7 +214,9 @@ pub fn not_found(name: &str, namespace: &str) -> String {
 
 /// A framed answer larger than the 16 MiB limit is refused ([`AnswerError::TooLarge`]).
 fn within_limit(framed: Bytes, limit: usize) -> Result<Bytes, Status> {
-    let size = framed.len().saturating_sub(crate::relay::grpc::PREFIX);
+    let size = framed
+        .len()
+        .saturating_sub(crate::transport::framing::PREFIX);
     if size > limit {
         return Err(AnswerError::TooLarge { size, limit }.into());
     }

@@ -1,5 +1,4 @@
-//! gRPC-over-HTTP/2 details the relay needs: message framing (also PodResources' published
-//! answer), statuses as responses and trailers, `grpc-timeout`, and the body type. Never decodes
+//! gRPC-over-HTTP/2 details the relay needs (message framing is `transport::framing`): statuses as responses and trailers, `grpc-timeout`, and the body type. Never decodes
 //! protobuf itself.
 
 use std::collections::VecDeque;
@@ -7,19 +6,18 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, Empty, StreamBody};
 use tonic::Status;
 
+pub(crate) use crate::transport::framing::{frame, unframe, Unframe};
+
 /// Boxed error carried by relay bodies.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The one body type used on both sides of the relay.
 pub(crate) type RelayBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
-
-/// Length of the gRPC message prefix: compressed flag (1 byte) + big-endian length (4 bytes).
-pub(crate) const PREFIX: usize = 5;
 
 /// Boxes any body into a [`RelayBody`].
 pub(crate) fn boxed<B>(body: B) -> RelayBody
@@ -135,57 +133,6 @@ fn status_from(headers: &HeaderMap) -> Option<Status> {
         headers.remove("grpc-status-details-bin");
         Status::from_header_map(&headers)
     })
-}
-
-/// Frames `message` as one uncompressed gRPC message.
-pub(crate) fn frame(message: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(PREFIX + message.len());
-    put_prefix(&mut buf, message.len());
-    buf.put_slice(message);
-    buf.freeze()
-}
-
-/// Writes the prefix of an uncompressed gRPC message of `len` bytes.
-pub(crate) fn put_prefix(buf: &mut BytesMut, len: usize) {
-    buf.put_u8(0);
-    // Messages above 4 GiB cannot be framed by gRPC at all; callers bound the size.
-    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-}
-
-/// Why a body is not exactly one uncompressed gRPC message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Unframe {
-    /// The message is compressed (flag 1).
-    Compressed,
-    /// Anything else, with a reason.
-    Malformed(String),
-}
-
-/// Splits a unary body into its one message, checking prefix, flag and length.
-pub(crate) fn unframe(body: &Bytes) -> Result<Bytes, Unframe> {
-    if body.len() < PREFIX {
-        return Err(Unframe::Malformed(format!(
-            "body of {} bytes is shorter than the 5-byte grpc message prefix",
-            body.len()
-        )));
-    }
-    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
-    match body[0] {
-        0 => {}
-        1 => return Err(Unframe::Compressed),
-        flag => {
-            return Err(Unframe::Malformed(format!(
-                "unknown grpc message flag {flag}"
-            )))
-        }
-    }
-    let rest = body.len() - PREFIX;
-    if rest != len {
-        return Err(Unframe::Malformed(format!(
-            "grpc message prefix announces {len} bytes but the body holds {rest}"
-        )));
-    }
-    Ok(body.slice(PREFIX..))
 }
 
 /// Parses a `grpc-timeout` header value (`1-8 digits` + unit `H M S m u n`).

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::error::RelayError;
 use super::grpc::RelayBody;
+use crate::transport::limits;
 
 mod coalesce;
 mod stream;
@@ -167,9 +168,9 @@ impl Upstream {
             #[cfg(test)]
             let stream = tests::Counting::new(stream, &self.path);
             h2::client::Builder::new()
-                .initial_window_size(4 << 20)
-                .initial_connection_window_size(16 << 20)
-                .max_frame_size(1 << 20)
+                .initial_window_size(limits::STREAM_WINDOW)
+                .initial_connection_window_size(limits::CONNECTION_WINDOW)
+                .max_frame_size(limits::MAX_FRAME)
                 .max_header_list_size(MAX_HEADER_LIST)
                 .max_send_buffer_size(1 << 20)
                 .max_concurrent_reset_streams(1024)

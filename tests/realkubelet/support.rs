@@ -13,9 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use numa_shim::cgroup::{Host, Reading};
-use numa_shim::lifecycle::runtime::{pid_of, unix_channel};
+use numa_shim::lifecycle::runtime::pid_of;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
+use numa_shim::transport::unix_channel;
 use serde_json::Value;
 
 /// One test at a time: they share the machine's two CPUs and the kubelet's ports.

@@ -85,8 +85,7 @@ async fn placement_of(metrics: &'static str, name: &str) -> serde_json::Value {
 
 /// The pod as PodResources `Get` answers it.
 async fn pod_resources_of(socket: &Path, name: &str) -> podres::PodResources {
-    let mut client =
-        PodResourcesListerClient::new(numa_shim::lifecycle::runtime::unix_channel(socket));
+    let mut client = PodResourcesListerClient::new(numa_shim::transport::unix_channel(socket));
     client
         .get(podres::GetPodResourcesRequest {
             pod_name: name.into(),

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use numa_shim::cgroup::Host;
 use numa_shim::cpuset::CpuSet;
-use numa_shim::lifecycle::runtime::unix_channel;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
+use numa_shim::transport::unix_channel;
 
 use crate::support::*;
 

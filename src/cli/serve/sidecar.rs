@@ -125,7 +125,7 @@ pub(super) async fn reload_on_hangup(
         }
     };
     while hangup.recv().await.is_some() {
-        if args.config.is_none() {
+        if args.files.config.is_none() {
             warn!("SIGHUP: no --config file to reload");
             continue;
         }

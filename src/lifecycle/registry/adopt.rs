@@ -64,7 +64,7 @@ impl Registry {
             active: true,
             origin: None,
         };
-        self.pods.insert(uid.clone(), record);
+        self.put_pod(uid.clone(), record);
         for c in &pod.containers {
             let record = ContainerRecord {
                 pod_uid: uid.clone(),
@@ -123,7 +123,7 @@ impl Registry {
                 active: true,
                 origin: None,
             };
-            self.pods.insert(found.pod.uid.clone(), record);
+            self.put_pod(found.pod.uid.clone(), record);
         }
         self.touch(&found.pod.uid);
         let managed = self.node.container(&found.pod.uid, &found.name).is_some();

@@ -490,3 +490,52 @@ fn cpus_held_for_nobody_are_released() {
     assert_eq!(r.release_unheld(), cpus("3-4"));
     assert_eq!(r.node().shared_cpus(), cpus("0-7"));
 }
+
+/// The sandbox index answers as a scan of the pod records would, through admit, commit, a
+/// re-created sandbox, stop, removal and a restore from the checkpoint.
+#[test]
+fn the_sandbox_index_follows_every_pod_record() {
+    fn scan<'a>(r: &'a Registry, id: &str) -> Option<&'a str> {
+        r.pods()
+            .iter()
+            .find(|(_, p)| p.sandbox_id.as_deref() == Some(id))
+            .map(|(uid, _)| uid.as_str())
+    }
+    let mut r = registry();
+    let check = |r: &Registry| {
+        for id in ["sb-a", "sb-a2", "sb-b", "sb-none"] {
+            assert_eq!(
+                r.pod_of_sandbox(id).map(|p| p.spec.uid.as_str()),
+                scan(r, id),
+                "{id}"
+            );
+        }
+    };
+    r.admit(
+        pod("a", None, vec![app("c", guaranteed(1, 1))]),
+        Source::Spec,
+    )
+    .unwrap();
+    r.admit(
+        pod("b", None, vec![app("c", guaranteed(1, 1))]),
+        Source::Spec,
+    )
+    .unwrap();
+    check(&r);
+    r.commit_sandbox("a", "sb-a");
+    r.commit_sandbox("b", "sb-b");
+    check(&r);
+    assert_eq!(r.pod_of_sandbox("sb-a").unwrap().spec.uid, "a");
+    // The kubelet re-creates a's sandbox: the old id no longer names it.
+    r.commit_sandbox("a", "sb-a2");
+    check(&r);
+    assert!(r.pod_of_sandbox("sb-a").is_none());
+    let snapshot = r.snapshot();
+    r.remove_sandbox("sb-b");
+    check(&r);
+    assert!(r.pod_of_sandbox("sb-b").is_none());
+    let mut restored = registry();
+    restored.restore(snapshot).unwrap();
+    check(&restored);
+    assert_eq!(restored.pod_of_sandbox("sb-b").unwrap().spec.uid, "b");
+}

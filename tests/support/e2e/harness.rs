@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use numa_shim::cpuset::CpuSet;
 use numa_shim::k8s::kubelet_config::KubeletConfiguration;
 use numa_shim::lifecycle::{self, Options, SpecSource, Started};
@@ -16,10 +15,9 @@ use numa_shim::proto::cri::v1 as cri;
 use numa_shim::relay::RelayBuilder;
 use numa_shim::telemetry::Metrics;
 use numa_shim::topology::Topology;
-use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::Status;
 
 use super::kubelet::{PodDef, GI};
@@ -211,16 +209,9 @@ impl Shim {
     }
 }
 
-/// A tonic channel over a unix socket.
+/// A tonic channel over the unix socket at `path` (the library's, connected on first use).
 pub async fn channel(path: &Path) -> Channel {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
-        .unwrap()
+    numa_shim::transport::unix_channel(path)
 }
 
 /// A pod the kubelet started: its sandbox id and container ids by name.

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 
 use numa_shim::cpuset::CpuSet;
 use numa_shim::knowledge::Knowledge;
-use numa_shim::lifecycle::runtime::unix_channel;
 use numa_shim::lifecycle::{Placer, Registry, Source, Store};
 use numa_shim::placement::config::{
     Config, CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
@@ -22,6 +21,7 @@ use numa_shim::proto::podresources::v1::pod_resources_lister_client::PodResource
 use numa_shim::state::Checkpoint;
 use numa_shim::telemetry::Metrics;
 use numa_shim::topology::SyntheticSpec;
+use numa_shim::transport::unix_channel;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;

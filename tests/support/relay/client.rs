@@ -13,7 +13,7 @@ use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use super::fake::{Runtime, Seen, MAX};
@@ -72,16 +72,9 @@ impl RunningRelay {
     }
 }
 
-/// A tonic channel over the unix socket at `path`.
+/// A tonic channel over the unix socket at `path` (the library's, connected on first use).
 pub async fn channel(path: &Path) -> Channel {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
-        .unwrap()
+    numa_shim::transport::unix_channel(path)
 }
 
 pub fn runtime_client(
