@@ -153,25 +153,46 @@ pub fn devices(resource: &str, ids: &[&str], nodes: &[i64]) -> pr::ContainerDevi
     }
 }
 
-/// What numa-shim logged while a [`LogCapture`] was the thread's default subscriber.
+/// What numa-shim logged since a [`LogCapture`] started. The process's global subscriber
+/// writes to one buffer (thread-scoped subscribers lose events: tracing caches per call site
+/// whether anyone listens); a capture reads what came after its start, and captures run one
+/// at a time.
 #[derive(Clone, Default)]
-pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>, usize);
+
+/// Keeps a [`LogCapture`] the only one in the process.
+pub struct CaptureGuard {
+    _alone: std::sync::MutexGuard<'static, ()>,
+}
+
+static ONE_CAPTURE: Mutex<()> = Mutex::new(());
+static BUFFER: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
 
 impl LogCapture {
-    /// Captures this thread's logs (use a current-thread runtime) until the guard goes.
-    pub fn start() -> (Self, tracing::subscriber::DefaultGuard) {
-        let capture = Self::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(capture.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
-        let guard = tracing::subscriber::set_default(subscriber);
-        (capture, guard)
+    /// Captures the logs from now until the guard goes.
+    pub fn start() -> (Self, CaptureGuard) {
+        let alone = ONE_CAPTURE.lock().unwrap_or_else(|e| e.into_inner());
+        let buffer = BUFFER.get_or_init(|| {
+            let buffer = Arc::new(Mutex::new(Vec::new()));
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(LogCapture(buffer.clone(), 0))
+                .with_ansi(false)
+                .with_max_level(tracing::Level::INFO)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in this test binary");
+            buffer
+        });
+        let start = buffer.lock().unwrap_or_else(|e| e.into_inner()).len();
+        (
+            LogCapture(buffer.clone(), start),
+            CaptureGuard { _alone: alone },
+        )
     }
 
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&all[self.1.min(all.len())..]).into_owned()
     }
 }
 
