@@ -29,7 +29,11 @@ const LIMIT: Duration = Duration::from_millis(1500);
 
 async fn hanging() -> Live {
     // The default lookup timeout (5 s): longer than the limit.
-    let l = live_with(|b| b.settle_lookup_timeout(Duration::from_secs(5))).await;
+    let l = live_with(|b| {
+        b.settle_lookup_timeout(Duration::from_secs(5))
+            .settle_limit(LIMIT)
+    })
+    .await;
     l.runtime.fake.hang_all.store(true, Ordering::SeqCst);
     l
 }
@@ -160,5 +164,118 @@ async fn reservations_cut_off_are_released_once_the_runtime_recovers() {
         l.until(LIMIT, |l| reserved(l) == 0).await,
         "{} pods still reserved after the runtime recovered",
         reserved(&l)
+    );
+}
+
+#[tokio::test]
+async fn cancelled_calls_and_what_became_of_them_are_counted() {
+    let l = hanging().await;
+    storm(&l).await;
+    assert!(
+        l.until(LIMIT + Duration::from_secs(1), |l| reserved(l) == 0)
+            .await
+    );
+    let metrics = l.placer.metrics();
+    // tonic's client resets at its deadline, numa-shim's timer fires at the same moment: each
+    // call is counted once, as one or the other.
+    for method in ["Version", "RunPodSandbox"] {
+        let cut = metrics.relay_cancelled_count(method, "deadline")
+            + metrics.relay_cancelled_count(method, "hangup");
+        assert_eq!(cut, 10, "{method}");
+    }
+    assert_eq!(
+        metrics.relay_settled_count("RunPodSandbox", "released_unconfirmed"),
+        10
+    );
+    let text = metrics.render();
+    assert!(
+        text.contains("numa_shim_relay_cancelled_total{method=\"RunPodSandbox\""),
+        "{text}"
+    );
+    assert!(text.contains("numa_shim_relay_settled_total{method=\"RunPodSandbox\",result=\"released_unconfirmed\"} 10"), "{text}");
+}
+
+/// Both orders of the runtime's answer and the caller's deadline, with a runtime that carries
+/// on after a cancel (`late-<ms>`): before the deadline the pod is committed as usual; after it,
+/// the lookup finds the sandbox and keeps its CPUs until the kubelet stops it.
+#[tokio::test]
+async fn an_answer_before_or_after_the_deadline_keeps_the_pod_once() {
+    let l = live_with(|b| b.settle_limit(LIMIT)).await;
+    let free = l.placer.registry().node().shared_cpus();
+    let mut conn = frames::Conn::connect(&l.relay.path).await;
+    let frames = conn
+        .unary(RUN, &[("grpc-timeout", "500m")], &sandbox("late-100"))
+        .await;
+    assert_eq!(frames.last().unwrap().header("grpc-status"), Some("0"));
+    assert_eq!(l.sandbox_of("uid-late-100").as_deref(), Some("sb-late-100"));
+    let frames = conn
+        .unary(RUN, &[("grpc-timeout", "200m")], &sandbox("late-300"))
+        .await;
+    assert_eq!(frames.last().unwrap().header("grpc-status"), Some("4"));
+    assert!(
+        l.until(LIMIT, |l| l.sandbox_of("uid-late-300").is_some())
+            .await
+    );
+    let metrics = l.placer.metrics();
+    assert_eq!(
+        metrics.relay_cancelled_count("RunPodSandbox", "deadline"),
+        1
+    );
+    assert_eq!(metrics.relay_settled_count("RunPodSandbox", "kept"), 1);
+    // Two pods of 2 CPUs held, not three: the kept one was not granted twice.
+    let held = free.len() - l.placer.registry().node().shared_cpus().len();
+    assert_eq!(held, 4);
+    for id in ["sb-late-100", "sb-late-300"] {
+        let stop = cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        let frames = conn
+            .unary(
+                "/runtime.v1.RuntimeService/StopPodSandbox",
+                &[],
+                &prost::Message::encode_to_vec(&stop),
+            )
+            .await;
+        assert_eq!(frames.last().unwrap().header("grpc-status"), Some("0"));
+    }
+    assert_eq!(l.placer.registry().node().shared_cpus(), free);
+}
+
+/// A runtime that closes the connection in the middle of the call: the caller gets UNAVAILABLE
+/// and the pod holds nothing (the runtime has no sandbox), and the next pod gets the CPUs once.
+#[tokio::test]
+async fn a_runtime_that_drops_the_connection_mid_call_leaves_nothing_held() {
+    let l = live_with(|b| b.settle_limit(LIMIT)).await;
+    let free = l.placer.registry().node().shared_cpus();
+    let path = l.relay.path.clone();
+    let call = tokio::spawn(async move {
+        let mut conn = frames::Conn::connect(&path).await;
+        conn.unary(RUN, &[("grpc-timeout", "10S")], &sandbox("hang"))
+            .await
+    });
+    assert!(
+        l.until(Duration::from_secs(1), |l| l.reserved("uid-hang"))
+            .await
+    );
+    assert!(
+        l.until(Duration::from_secs(1), |l| l.runtime.fake.open_total() == 1)
+            .await
+    );
+    l.runtime.cut_connections();
+    let frames = tokio::time::timeout(Duration::from_secs(2), call)
+        .await
+        .expect("no answer after the runtime went away")
+        .unwrap();
+    assert_eq!(frames.last().unwrap().header("grpc-status"), Some("14"));
+    assert!(!l.reserved("uid-hang"));
+    assert_eq!(l.placer.registry().node().shared_cpus(), free);
+    assert_eq!(l.runtime.fake.open_total(), 0);
+    // The runtime is back: the next pod is placed on a fresh connection.
+    let mut conn = frames::Conn::connect(&l.relay.path).await;
+    let frames = conn.unary(RUN, &[], &sandbox("next")).await;
+    assert_eq!(frames.last().unwrap().header("grpc-status"), Some("0"));
+    assert_eq!(
+        free.len() - l.placer.registry().node().shared_cpus().len(),
+        2
     );
 }

@@ -259,11 +259,23 @@ async fn forward<H: Hook>(
             tonic::Status::cancelled(format!("numa-shim: the caller cancelled {path}"))
         }
     };
-    let outcome = shared
+    let name = method.name();
+    let reason = if status.code() == tonic::Code::Cancelled {
+        "hangup"
+    } else {
+        "deadline"
+    };
+    if let Some(metrics) = &shared.metrics {
+        metrics.relay_cancelled(name, reason);
+    }
+    let (outcome, settled) = shared
         .settle
         .outcome(&shared.upstream, &request, status)
         .await;
-    debug!(code = ?outcome.status.code(), "cut-off call settled");
+    if let (Some(metrics), Some(label)) = (&shared.metrics, settled.label()) {
+        metrics.relay_settled(name, label);
+    }
+    debug!(code = ?outcome.status.code(), ?settled, "cut-off call settled");
     shared.hook.after(&request, decided, &outcome).await;
 }
 
