@@ -7,8 +7,8 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::Notify;
-use tracing::info;
+use tokio::sync::{Notify, Semaphore};
+use tracing::{info, warn};
 
 mod refused;
 
@@ -39,7 +39,46 @@ pub struct Placer {
     reporter: Option<Reporter>,
     /// Pods refused now, which the kubelet keeps retrying.
     refusals: Mutex<Refusals>,
+    /// One placement decision runs at a time, on a blocking thread ([`Placer::decide`]); the
+    /// permit goes with the thread, so a decision whose caller gave up still counts until it
+    /// ends.
+    deciding: Arc<Semaphore>,
+    /// Test-only: runs at the start of every decision, on its thread (to make one slow or
+    /// panic on purpose).
+    #[cfg(any(test, feature = "testing"))]
+    decision_hook: HookSlot,
 }
+
+/// Where the test-only decision hook is kept.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Default)]
+struct HookSlot(Mutex<Option<DecisionHook>>);
+
+#[cfg(any(test, feature = "testing"))]
+impl std::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookSlot")
+    }
+}
+
+/// What a test runs at the start of each decision: gets the method (`RunPodSandbox` or
+/// `CreateContainer`).
+#[cfg(any(test, feature = "testing"))]
+pub type DecisionHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Why a decision did not come back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    /// The decision panicked or its thread was lost: nothing was changed.
+    #[error("the placement decision failed ({reason}); nothing was placed")]
+    Failed { reason: String },
+    /// The registry changed under every attempt: nothing was placed, a retry may succeed.
+    #[error("the placement state changed during the decision {attempts} times; nothing was placed, retry")]
+    Busy { attempts: u32 },
+}
+
+/// Attempts of one decision before it is refused as [`DecideError::Busy`].
+const DECIDE_ATTEMPTS: u32 = 3;
 
 impl Placer {
     pub fn new(
@@ -58,7 +97,90 @@ impl Placer {
             metrics,
             reporter: None,
             refusals: Mutex::new(Refusals::default()),
+            deciding: Arc::new(Semaphore::new(1)),
+            #[cfg(any(test, feature = "testing"))]
+            decision_hook: HookSlot::default(),
         }
+    }
+
+    /// Test-only: runs `hook` at the start of every placement decision, on its thread.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn set_decision_hook(&self, hook: Option<DecisionHook>) {
+        *self
+            .decision_hook
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hook;
+    }
+
+    /// Runs a placement decision off the relay's workers: `decide` works on a copy of the
+    /// registry on a blocking thread (one decision at a time), and the copy replaces the
+    /// registry only if nothing changed it meanwhile (the epoch); otherwise the decision is made
+    /// again on a fresh copy, [`DECIDE_ATTEMPTS`] times at most. The registry lock is held only
+    /// to copy and to swap, never while deciding, so PodResources, the pool updater and the
+    /// other calls' records never wait for a decision. Dropping the returned future (the
+    /// caller's deadline) abandons the decision: its copy is thrown away and nothing is held.
+    /// A decision that panics is [`DecideError::Failed`] and changes nothing.
+    pub(super) async fn decide<T, F>(&self, what: &'static str, decide: F) -> Result<T, DecideError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Registry) -> T + Send + Sync + 'static,
+    {
+        let decide = Arc::new(decide);
+        for attempt in 1..=DECIDE_ATTEMPTS {
+            let permit =
+                self.deciding
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| DecideError::Failed {
+                        reason: e.to_string(),
+                    })?;
+            let (mut copy, epoch) = {
+                let registry = self.registry();
+                (registry.clone(), self.epoch())
+            };
+            let decide = decide.clone();
+            #[cfg(any(test, feature = "testing"))]
+            let hook = self
+                .decision_hook
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let task = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                #[cfg(any(test, feature = "testing"))]
+                if let Some(hook) = hook {
+                    hook(what);
+                }
+                let out = decide(&mut copy);
+                (copy, out)
+            });
+            let (copy, out) = task.await.map_err(|e| {
+                let reason = if e.is_panic() {
+                    panic_message(e.into_panic())
+                } else {
+                    e.to_string()
+                };
+                warn!(what, %reason, "placement decision failed");
+                self.metrics.decision_failed(what, "panicked");
+                DecideError::Failed { reason }
+            })?;
+            let mut registry = self.registry();
+            if self.epoch() == epoch {
+                *registry = copy;
+                return Ok(out);
+            }
+            drop(registry);
+            info!(
+                what,
+                attempt, "registry changed during the decision; deciding again"
+            );
+        }
+        Err(DecideError::Busy {
+            attempts: DECIDE_ATTEMPTS,
+        })
     }
 
     /// Reports refused pods to the API server through `reporter`.
@@ -244,6 +366,16 @@ impl Placer {
     pub async fn wait_pool_changed(&self) {
         self.pool_changed.notified().await;
     }
+}
+
+/// The words of a panic's payload.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_string());
+    format!("panicked: {text}")
 }
 
 /// The locked registry; any mutable use bumps the placer's epoch.

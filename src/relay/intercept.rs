@@ -105,11 +105,17 @@ async fn prepare<H: Hook>(
     let (body, decided) = if method.is_intercepted() {
         let before = shared.hook.before(&decoded);
         let decision = match deadline {
+            // Leaving the timeout drops the decision: the hook holds nothing of it.
             Some(deadline) => tokio::time::timeout_at(deadline.into(), before)
                 .await
-                .map_err(|_| RelayError::Deadline {
-                    method: path.clone(),
-                    elapsed_ms: started.elapsed().as_millis(),
+                .map_err(|_| {
+                    if let Some(metrics) = &shared.metrics {
+                        metrics.decision_failed(method.name(), "deadline");
+                    }
+                    RelayError::Deadline {
+                        method: path.clone(),
+                        elapsed_ms: started.elapsed().as_millis(),
+                    }
                 })?,
             None => before.await,
         };
