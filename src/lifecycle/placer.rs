@@ -77,8 +77,11 @@ pub enum DecideError {
     Busy { attempts: u32 },
 }
 
-/// Attempts of one decision before it is refused as [`DecideError::Busy`].
+/// Slow attempts of one decision before it is refused as [`DecideError::Busy`].
 const DECIDE_ATTEMPTS: u32 = 3;
+/// A decision attempt quicker than this is made again under the registry lock when the
+/// registry changed under it.
+const INLINE_MAX: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl Placer {
     pub fn new(
@@ -115,12 +118,14 @@ impl Placer {
 
     /// Runs a placement decision off the relay's workers: `decide` works on a copy of the
     /// registry on a blocking thread (one decision at a time), and the copy replaces the
-    /// registry only if nothing changed it meanwhile (the epoch); otherwise the decision is made
-    /// again on a fresh copy, [`DECIDE_ATTEMPTS`] times at most. The registry lock is held only
-    /// to copy and to swap, never while deciding, so PodResources, the pool updater and the
-    /// other calls' records never wait for a decision. Dropping the returned future (the
-    /// caller's deadline) abandons the decision: its copy is thrown away and nothing is held.
-    /// A decision that panics is [`DecideError::Failed`] and changes nothing.
+    /// registry only if nothing changed it meanwhile (the epoch). If something did (another
+    /// call's record), the decision is made again: under the lock, on the worker, when the
+    /// attempt took less than [`INLINE_MAX`] (it cannot stall anything longer than that, and
+    /// cannot be overtaken again); on a fresh copy otherwise, [`DECIDE_ATTEMPTS`] times at most.
+    /// So a slow decision never holds the registry lock or a worker: PodResources, the pool
+    /// updater and the other calls' records never wait for it. Dropping the returned future
+    /// (the caller's deadline) abandons the decision: its copy is thrown away and nothing is
+    /// held. A decision that panics is [`DecideError::Failed`] and changes nothing.
     pub(super) async fn decide<T, F>(&self, what: &'static str, decide: F) -> Result<T, DecideError>
     where
         T: Send + 'static,
@@ -128,44 +133,27 @@ impl Placer {
     {
         let decide = Arc::new(decide);
         for attempt in 1..=DECIDE_ATTEMPTS {
-            let permit =
-                self.deciding
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|e| DecideError::Failed {
-                        reason: e.to_string(),
-                    })?;
+            let permit = self.permit().await?;
             let (mut copy, epoch) = {
                 let registry = self.registry();
                 (registry.clone(), self.epoch())
             };
-            let decide = decide.clone();
-            #[cfg(any(test, feature = "testing"))]
-            let hook = self
-                .decision_hook
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
+            let job = decide.clone();
+            let hook = self.hook();
             let task = tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                #[cfg(any(test, feature = "testing"))]
-                if let Some(hook) = hook {
-                    hook(what);
-                }
-                let out = decide(&mut copy);
-                (copy, out)
+                let started = std::time::Instant::now();
+                hook(what);
+                let out = job(&mut copy);
+                (copy, out, started.elapsed())
             });
-            let (copy, out) = task.await.map_err(|e| {
+            let (copy, out, took) = task.await.map_err(|e| {
                 let reason = if e.is_panic() {
                     panic_message(e.into_panic())
                 } else {
                     e.to_string()
                 };
-                warn!(what, %reason, "placement decision failed");
-                self.metrics.decision_failed(what, "panicked");
-                DecideError::Failed { reason }
+                self.failed(what, reason)
             })?;
             let mut registry = self.registry();
             if self.epoch() == epoch {
@@ -175,12 +163,79 @@ impl Placer {
             drop(registry);
             info!(
                 what,
-                attempt, "registry changed during the decision; deciding again"
+                attempt,
+                took_us = took.as_micros(),
+                "registry changed during the decision; deciding again"
             );
+            if took < INLINE_MAX {
+                return self.decide_locked(what, decide.as_ref()).await;
+            }
         }
         Err(DecideError::Busy {
             attempts: DECIDE_ATTEMPTS,
         })
+    }
+
+    /// A decision shown to be quick, made under the registry lock (on a copy, so that a panic
+    /// changes nothing).
+    async fn decide_locked<T>(
+        &self,
+        what: &'static str,
+        decide: &(dyn Fn(&mut Registry) -> T + Send + Sync),
+    ) -> Result<T, DecideError> {
+        let _permit = self.permit().await?;
+        let hook = self.hook();
+        let mut registry = self.registry();
+        let mut copy = registry.clone();
+        let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            hook(what);
+            decide(&mut copy)
+        }));
+        match decided {
+            Ok(out) => {
+                *registry = copy;
+                Ok(out)
+            }
+            Err(payload) => {
+                drop(registry);
+                Err(self.failed(what, panic_message(payload)))
+            }
+        }
+    }
+
+    /// The one decision permit.
+    async fn permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, DecideError> {
+        self.deciding
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| DecideError::Failed {
+                reason: e.to_string(),
+            })
+    }
+
+    /// Logs and counts a decision that did not come back.
+    fn failed(&self, what: &str, reason: String) -> DecideError {
+        warn!(what, %reason, "placement decision failed");
+        self.metrics.decision_failed(what, "panicked");
+        DecideError::Failed { reason }
+    }
+
+    /// What runs at the start of each decision: the test hook, if any, or nothing.
+    fn hook(&self) -> impl Fn(&str) + Send + 'static {
+        #[cfg(any(test, feature = "testing"))]
+        let hook = self
+            .decision_hook
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        move |_what: &str| {
+            #[cfg(any(test, feature = "testing"))]
+            if let Some(hook) = &hook {
+                hook(_what);
+            }
+        }
     }
 
     /// Reports refused pods to the API server through `reporter`.
