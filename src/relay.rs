@@ -34,6 +34,7 @@ mod error;
 pub(crate) mod grpc;
 mod hook;
 mod intercept;
+mod passthrough;
 mod patch;
 mod settle;
 mod upstream;
@@ -44,7 +45,7 @@ pub use error::RelayError;
 pub use hook::{
     CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
 };
-pub use settle::DEFAULT_SETTLE_DELAY;
+pub use settle::{DEFAULT_SETTLE_DELAY, DEFAULT_SETTLE_LIMIT};
 
 use crate::telemetry::Metrics;
 use crate::transport::limits;
@@ -126,6 +127,13 @@ impl<H: Hook> RelayBuilder<H> {
     /// this long after.
     pub fn settle_delay(mut self, delay: Duration) -> Self {
         self.settle.delay = delay;
+        self
+    }
+
+    /// Longest time after a cut-off a reservation is kept while the runtime does not say what
+    /// it did with the call (default [`DEFAULT_SETTLE_LIMIT`]); then it is released.
+    pub fn settle_limit(mut self, limit: Duration) -> Self {
+        self.settle.limit = limit;
         self
     }
 
@@ -270,7 +278,7 @@ async fn dispatch<H: Hook>(
         let started = Instant::now();
         let (response, runtime) = match Method::from_path(path) {
             Some(method) => intercept::handle(shared.clone(), method, req).await,
-            None => passthrough(&shared, path, req).await,
+            None => passthrough::forward(&shared, path, req).await,
         };
         if let Some(metrics) = &shared.metrics {
             let total = started.elapsed();
@@ -290,27 +298,6 @@ async fn dispatch<H: Hook>(
     }
     .instrument(span)
     .await
-}
-
-/// Forwards a call untouched; the response streams back frame by frame. Also returns the time
-/// until the runtime's response headers arrived.
-async fn passthrough<H>(
-    shared: &Shared<H>,
-    path: &str,
-    req: Request<Incoming>,
-) -> (Response<RelayBody>, Duration) {
-    let sent = Instant::now();
-    let result = shared.upstream.send(path, req.map(grpc::boxed)).await;
-    let runtime = sent.elapsed();
-    shared.runtime_answered(&result);
-    let response = match result {
-        Ok(response) => response.map(grpc::boxed),
-        Err(err) => {
-            warn!(error = %err, "runtime call failed");
-            grpc::status_response(&err.to_status())
-        }
-    };
-    (response, runtime)
 }
 
 impl<H> Shared<H> {

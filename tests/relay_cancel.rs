@@ -11,130 +11,18 @@ mod client;
 mod fake;
 #[path = "support/relay/frames.rs"]
 mod frames;
+#[path = "support/relay/live.rs"]
+mod live;
 #[path = "support/podresources/registry.rs"]
 mod support;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use client::RunningRelay;
-use fake::Runtime;
 use frames::{shape, Conn, Shape};
-use numa_shim::lifecycle::{PlacementHook, Placer};
-use numa_shim::placement::config::TopologyScope;
+use live::{container, live, sandbox, CREATE, RUN, SETTLE};
 use numa_shim::proto::cri::v1 as cri;
-use numa_shim::relay::RelayBuilder;
 use prost::Message;
-
-const RUN: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
-const CREATE: &str = "/runtime.v1.RuntimeService/CreateContainer";
-const SETTLE: Duration = Duration::from_millis(400);
-
-struct Live {
-    _dir: tempfile::TempDir,
-    runtime: Runtime,
-    relay: RunningRelay,
-    placer: Arc<Placer>,
-}
-
-async fn live() -> Live {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = Runtime::start_without_deadlines(&dir.path().join("runtime.sock")).await;
-    let registry = support::registry_on(1, 8, TopologyScope::Pod);
-    let placer = support::placer(registry, dir.path());
-    let relay = RunningRelay::start_with(
-        RelayBuilder::new(dir.path().join("shim.sock"), &runtime.path)
-            .hook(PlacementHook::new(placer.clone()))
-            .settle_delay(SETTLE)
-            .settle_lookup_timeout(Duration::from_millis(300)),
-    )
-    .await;
-    Live {
-        _dir: dir,
-        runtime,
-        relay,
-        placer,
-    }
-}
-
-/// A Guaranteed 2-CPU sandbox as the kubelet sends it (pod knowledge inferred from CRI).
-fn sandbox(name: &str) -> Vec<u8> {
-    cri::RunPodSandboxRequest {
-        config: Some(cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata {
-                name: name.into(),
-                uid: format!("uid-{name}"),
-                namespace: "ns".into(),
-                attempt: 0,
-            }),
-            linux: Some(cri::LinuxPodSandboxConfig {
-                resources: Some(cri::LinuxContainerResources {
-                    cpu_period: 100_000,
-                    cpu_quota: 200_000,
-                    cpu_shares: 2048,
-                    memory_limit_in_bytes: 1 << 30,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        runtime_handler: String::new(),
-    }
-    .encode_to_vec()
-}
-
-fn container(sandbox_id: &str, name: &str) -> Vec<u8> {
-    cri::CreateContainerRequest {
-        pod_sandbox_id: sandbox_id.into(),
-        config: Some(cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
-            linux: Some(cri::LinuxContainerConfig {
-                resources: Some(cri::LinuxContainerResources {
-                    cpu_period: 100_000,
-                    cpu_quota: 200_000,
-                    cpu_shares: 2048,
-                    memory_limit_in_bytes: 1 << 30,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        sandbox_config: None,
-    }
-    .encode_to_vec()
-}
-
-impl Live {
-    fn reserved(&self, uid: &str) -> bool {
-        self.placer.registry().pods().contains_key(uid)
-    }
-
-    fn sandbox_of(&self, uid: &str) -> Option<String> {
-        self.placer
-            .registry()
-            .pods()
-            .get(uid)
-            .and_then(|p| p.sandbox_id.clone())
-    }
-
-    /// Waits until `done` holds, up to `limit`.
-    async fn until(&self, limit: Duration, done: impl Fn(&Self) -> bool) -> bool {
-        let end = Instant::now() + limit;
-        while Instant::now() < end {
-            if done(self) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        done(self)
-    }
-}
 
 /// A call with `grpc-timeout: 200m` whose answer must be trailers-only DEADLINE_EXCEEDED,
 /// soon after the deadline.

@@ -14,7 +14,7 @@ use tonic::{Code, Status};
 use tracing::warn;
 
 use super::annotations::{container_patch, resources_patch, sandbox_patch};
-use super::placer::Placer;
+use super::placer::{DecideError, Placer};
 use super::placing::Decided;
 use super::placing::PlacementError;
 use crate::proto::cri::v1 as cri;
@@ -32,13 +32,17 @@ impl PlacementError {
     /// FAILED_PRECONDITION with the kubelet's reason for an admission refusal, INVALID_ARGUMENT
     /// for unreadable input, RESOURCE_EXHAUSTED when the state directory is full and
     /// UNAVAILABLE when it cannot be written otherwise (both transient: the kubelet retries,
-    /// and the same call succeeds once the disk recovers).
+    /// and the same call succeeds once the disk recovers); INTERNAL for a decision that
+    /// panicked and UNAVAILABLE for one the registry kept changing under (nothing placed
+    /// either way).
     pub fn status(&self) -> Status {
         let code = match self {
             Self::Admission(_) | Self::Again { .. } => Code::FailedPrecondition,
             Self::Input(_) => Code::InvalidArgument,
             Self::State(e) if e.is_full() => Code::ResourceExhausted,
             Self::State(_) => Code::Unavailable,
+            Self::Decide(DecideError::Failed { .. }) => Code::Internal,
+            Self::Decide(DecideError::Busy { .. }) => Code::Unavailable,
         };
         Status::new(code, self.to_string())
     }
@@ -104,7 +108,7 @@ impl PlacementHook {
             PlacementError::Again { reason, message } => {
                 self.placer.refused(meta, reason, message, stage);
             }
-            PlacementError::Input(_) | PlacementError::State(_) => {}
+            PlacementError::Input(_) | PlacementError::State(_) | PlacementError::Decide(_) => {}
         }
     }
 
@@ -223,6 +227,19 @@ mod tests {
                 write_error(30).into(),
                 Code::Unavailable,
                 "Read-only file system",
+            ),
+            (
+                DecideError::Failed {
+                    reason: "panicked: boom".into(),
+                }
+                .into(),
+                Code::Internal,
+                "the placement decision failed (panicked: boom); nothing was placed",
+            ),
+            (
+                DecideError::Busy { attempts: 3 }.into(),
+                Code::Unavailable,
+                "changed during the decision 3 times",
             ),
             (
                 StoreError::Task {

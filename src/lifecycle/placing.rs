@@ -18,7 +18,7 @@ use tonic::Code;
 use tracing::{debug, info, warn};
 
 use super::gauges::{admission_allocations, container_assignments};
-use super::placer::Placer;
+use super::placer::{DecideError, Placer};
 use super::refusals::Recorded;
 use super::registry::{inferred_sandbox_spec, ContainerDecision, ContainerRecord, Source};
 use super::store::StoreError;
@@ -46,6 +46,9 @@ pub enum PlacementError {
     /// The decision could not be recorded: nothing was placed.
     #[error("numa-shim cannot record this placement, so nothing was placed: {0}")]
     State(#[from] StoreError),
+    /// The decision did not come back (it panicked, or the registry kept changing under it).
+    #[error(transparent)]
+    Decide(#[from] DecideError),
 }
 
 impl PlacementError {
@@ -124,24 +127,27 @@ impl Placer {
             return Err(PlacementError::Again { reason, message });
         }
         let (result, allocations, changed, revision) = {
-            let mut registry = self.registry();
-            let fresh = !registry.pods().contains_key(&spec.uid);
-            let before = registry.last_revision();
-            let result = registry.admit(spec.clone(), source);
-            if result.is_ok() {
-                registry.set_origin(&spec.uid, origin);
-            }
-            let allocations = match &result {
-                Ok(()) if fresh => Some(admission_allocations(registry.node(), &spec.uid)),
-                Ok(()) => Some(Vec::new()),
-                Err(_) => None,
-            };
-            (
-                result,
-                allocations,
-                registry.last_revision() != before,
-                before,
-            )
+            let (spec, uid) = (spec.clone(), spec.uid.clone());
+            self.decide("RunPodSandbox", move |registry| {
+                let fresh = !registry.pods().contains_key(&uid);
+                let before = registry.last_revision();
+                let result = registry.admit(spec.clone(), source);
+                if result.is_ok() {
+                    registry.set_origin(&uid, origin);
+                }
+                let allocations = match &result {
+                    Ok(()) if fresh => Some(admission_allocations(registry.node(), &uid)),
+                    Ok(()) => Some(Vec::new()),
+                    Err(_) => None,
+                };
+                (
+                    result,
+                    allocations,
+                    registry.last_revision() != before,
+                    before,
+                )
+            })
+            .await?
         };
         if let Err(err) = result {
             return Err(match self.record_refusal(&spec, revision, &err) {
@@ -216,16 +222,18 @@ impl Placer {
             self.durable().await?;
         }
         let (decided, inferred, pool_moved, changed, revision) = {
-            let mut registry = self.registry();
-            let before = registry.node().shared_cpus();
-            let revision = registry.last_revision();
-            let decided = registry.decide_container(&req.pod_sandbox_id, &name, |pod| {
-                infer::container(pod, &name, &own)
-            });
-            let inferred = registry.inferred_container(&req.pod_sandbox_id, &name);
-            let pool_moved = registry.node().shared_cpus() != before;
-            let changed = registry.last_revision() != revision;
-            (decided, inferred, pool_moved, changed, revision)
+            let (sandbox, name) = (req.pod_sandbox_id.clone(), name.clone());
+            self.decide("CreateContainer", move |registry| {
+                let before = registry.node().shared_cpus();
+                let revision = registry.last_revision();
+                let decided = registry
+                    .decide_container(&sandbox, &name, |pod| infer::container(pod, &name, &own));
+                let inferred = registry.inferred_container(&sandbox, &name);
+                let pool_moved = registry.node().shared_cpus() != before;
+                let changed = registry.last_revision() != revision;
+                (decided, inferred, pool_moved, changed, revision)
+            })
+            .await?
         };
         // Extending an inferred pod re-admits it, which can move its bubble: running
         // containers on the node shared pool must follow.

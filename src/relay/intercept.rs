@@ -105,11 +105,17 @@ async fn prepare<H: Hook>(
     let (body, decided) = if method.is_intercepted() {
         let before = shared.hook.before(&decoded);
         let decision = match deadline {
+            // Leaving the timeout drops the decision: the hook holds nothing of it.
             Some(deadline) => tokio::time::timeout_at(deadline.into(), before)
                 .await
-                .map_err(|_| RelayError::Deadline {
-                    method: path.clone(),
-                    elapsed_ms: started.elapsed().as_millis(),
+                .map_err(|_| {
+                    if let Some(metrics) = &shared.metrics {
+                        metrics.decision_failed(method.name(), "deadline");
+                    }
+                    RelayError::Deadline {
+                        method: path.clone(),
+                        elapsed_ms: started.elapsed().as_millis(),
+                    }
                 })?,
             None => before.await,
         };
@@ -259,11 +265,23 @@ async fn forward<H: Hook>(
             tonic::Status::cancelled(format!("numa-shim: the caller cancelled {path}"))
         }
     };
-    let outcome = shared
+    let name = method.name();
+    let reason = if status.code() == tonic::Code::Cancelled {
+        "hangup"
+    } else {
+        "deadline"
+    };
+    if let Some(metrics) = &shared.metrics {
+        metrics.relay_cancelled(name, reason);
+    }
+    let (outcome, settled) = shared
         .settle
         .outcome(&shared.upstream, &request, status)
         .await;
-    debug!(code = ?outcome.status.code(), "cut-off call settled");
+    if let (Some(metrics), Some(label)) = (&shared.metrics, settled.label()) {
+        metrics.relay_settled(name, label);
+    }
+    debug!(code = ?outcome.status.code(), ?settled, "cut-off call settled");
     shared.hook.after(&request, decided, &outcome).await;
 }
 

@@ -4,10 +4,12 @@
 //! its own ListPodSandbox / ListContainers calls, encoded here, never a re-encoding of the
 //! caller's request — and turns the answer into the outcome the hook learns.
 //!
-//! The rule (ARCHITECTURE.md, "Deadlines and cancellation"): a reservation is released only
-//! when the runtime, asked twice with [`Settle::delay`] between, lists no such object; an object
-//! it lists is committed as if the call had succeeded; while the runtime does not answer, the
-//! reservation is kept and the question asked again. Stop*, Remove* and
+//! The rule (ARCHITECTURE.md, "Deadlines and cancellation"): a reservation is released when
+//! the runtime, asked twice with [`Settle::delay`] between, lists no such object; an object it
+//! lists is committed as if the call had succeeded; while the runtime does not answer, the
+//! question is asked again, but never past [`Settle::limit`] after the cut-off: then the
+//! reservation is released unconfirmed (a runtime that stays silent that long holds no CPU
+//! of numa-shim's; every lookup still open is reset). Stop*, Remove* and
 //! UpdateContainerResources are not asked about: a cut-off Stop/Remove keeps what it would have
 //! released until the caller retries it (the kubelet always does), which can never double-grant.
 
@@ -36,6 +38,37 @@ pub(crate) struct Settle {
     pub(crate) timeout: Duration,
     /// Longest wait between lookups while the runtime does not answer.
     pub(crate) max_backoff: Duration,
+    /// Longest time after the cut-off a reservation is kept while the runtime has not said
+    /// what it did: the bound on CPUs held for a call whose caller gave up.
+    pub(crate) limit: Duration,
+}
+
+/// Default [`Settle::limit`].
+pub const DEFAULT_SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// What settling a cut-off call did with its reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Not a call that creates anything: the cut-off status as it is.
+    NotAsked,
+    /// The runtime lists the object: committed.
+    Kept,
+    /// The runtime listed nothing, twice: released.
+    Released,
+    /// The runtime did not say within the limit: released.
+    Unconfirmed,
+}
+
+impl Settled {
+    /// The `result` label of `numa_shim_relay_settled_total`, if counted.
+    pub(crate) fn label(self) -> Option<&'static str> {
+        match self {
+            Self::NotAsked => None,
+            Self::Kept => Some("kept"),
+            Self::Released => Some("released"),
+            Self::Unconfirmed => Some("released_unconfirmed"),
+        }
+    }
 }
 
 /// Default [`Settle::delay`].
@@ -47,6 +80,7 @@ impl Default for Settle {
             delay: DEFAULT_SETTLE_DELAY,
             timeout: Duration::from_secs(5),
             max_backoff: Duration::from_secs(30),
+            limit: DEFAULT_SETTLE_LIMIT,
         }
     }
 }
@@ -62,13 +96,13 @@ enum Found {
 
 impl Settle {
     /// The outcome the hook learns for `request`, cut off with `status`: waits until the
-    /// runtime has answered whether it created the object.
+    /// runtime has answered whether it created the object, at most [`Settle::limit`].
     pub(crate) async fn outcome(
         &self,
         upstream: &Upstream,
         request: &CriRequest,
         status: Status,
-    ) -> Outcome {
+    ) -> (Outcome, Settled) {
         let cut_off = Outcome {
             status,
             response: None,
@@ -77,19 +111,32 @@ impl Settle {
             request,
             CriRequest::RunPodSandbox(_) | CriRequest::CreateContainer(_)
         ) {
-            return cut_off;
+            return (cut_off, Settled::NotAsked);
         }
-        if let Found::Yes(response) = self.ask_until_answered(upstream, request).await {
-            return found(response);
-        }
-        tokio::time::sleep(self.delay).await;
-        match self.ask_until_answered(upstream, request).await {
-            Found::Yes(response) => found(response),
-            Found::No => {
+        // Leaving the timeout drops the lookup in flight, which resets its stream.
+        match tokio::time::timeout(self.limit, self.found(upstream, request)).await {
+            Ok(Found::Yes(response)) => (found(response), Settled::Kept),
+            Ok(Found::No) => {
                 info!("runtime has nothing of the cut-off call: releasing");
-                cut_off
+                (cut_off, Settled::Released)
+            }
+            Err(_) => {
+                warn!(
+                    limit_ms = self.limit.as_millis(),
+                    "runtime did not say what it did with the cut-off call within the settle limit: releasing"
+                );
+                (cut_off, Settled::Unconfirmed)
             }
         }
+    }
+
+    /// Whether the runtime holds the object: asked at once and again [`Settle::delay`] later.
+    async fn found(&self, upstream: &Upstream, request: &CriRequest) -> Found {
+        if let Found::Yes(response) = self.ask_until_answered(upstream, request).await {
+            return Found::Yes(response);
+        }
+        tokio::time::sleep(self.delay).await;
+        self.ask_until_answered(upstream, request).await
     }
 
     /// Asks until the runtime answers, backing off while it does not.

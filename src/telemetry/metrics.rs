@@ -57,6 +57,9 @@ pub struct Metrics {
     container_assignments: ScalarFamily,
     relay_shim: HistogramFamily,
     relay_runtime: HistogramFamily,
+    relay_cut_off: ScalarFamily,
+    settled: ScalarFamily,
+    decisions_abandoned: ScalarFamily,
     pool_cpus: ScalarFamily,
     pool_memory: ScalarFamily,
     drift_corrections: ScalarFamily,
@@ -106,6 +109,8 @@ const SOURCE: &[&str] = &["source"];
 const REFUSAL: &[&str] = &["message", "namespace", "pod", "reason"];
 const WHAT: &[&str] = &["what"];
 const OUTCOME: &[&str] = &["outcome"];
+const METHOD_REASON: &[&str] = &["method", "reason"];
+const METHOD_RESULT: &[&str] = &["method", "result"];
 
 impl ResourceName {
     /// All values, for pre-creating series.
@@ -196,6 +201,27 @@ impl Metrics {
                 "Time a CRI call spent waiting for the container runtime, by method.",
                 METHOD,
                 &LATENCY_BOUNDS,
+            ),
+            relay_cut_off: ScalarFamily::counter(
+                "numa_shim_relay_cancelled_total",
+                "CRI calls whose runtime call numa-shim cancelled (its stream reset) before the \
+                 runtime answered, by method and reason: deadline (the caller's grpc-timeout \
+                 passed) or hangup (the caller reset its stream or went away).",
+                METHOD_REASON,
+            ),
+            settled: ScalarFamily::counter(
+                "numa_shim_relay_settled_total",
+                "Cancelled RunPodSandbox and CreateContainer calls, by what numa-shim did with \
+                 their reservation: kept (the runtime listed the object), released (it listed \
+                 nothing, twice), released_unconfirmed (it did not say within the settle limit).",
+                METHOD_RESULT,
+            ),
+            decisions_abandoned: ScalarFamily::counter(
+                "numa_shim_placement_decisions_failed_total",
+                "Placement decisions that did not finish, by method and reason: deadline (the \
+                 caller's deadline passed first; nothing was held), panicked (refused with \
+                 INTERNAL).",
+                METHOD_REASON,
             ),
             pool_cpus: ScalarFamily::gauge(
                 "numa_shim_pool_cpus",
@@ -384,6 +410,39 @@ impl Metrics {
             }));
     }
 
+    /// A runtime call cancelled before it answered: `reason` is `deadline` or `hangup`.
+    pub fn relay_cancelled(&self, method: &str, reason: &str) {
+        self.relay_cut_off.add(&[method, reason], 1.0);
+    }
+
+    /// Number of runtime calls of `method` cancelled for `reason` (for tests).
+    pub fn relay_cancelled_count(&self, method: &str, reason: &str) -> u64 {
+        self.relay_cut_off.get(&[method, reason]).unwrap_or(0.0) as u64
+    }
+
+    /// A cancelled intercepted call settled: `result` is `kept`, `released` or
+    /// `released_unconfirmed`.
+    pub fn relay_settled(&self, method: &str, result: &str) {
+        self.settled.add(&[method, result], 1.0);
+    }
+
+    /// Number of cancelled calls of `method` settled with `result` (for tests).
+    pub fn relay_settled_count(&self, method: &str, result: &str) -> u64 {
+        self.settled.get(&[method, result]).unwrap_or(0.0) as u64
+    }
+
+    /// A placement decision that did not finish: `reason` is `deadline` or `panicked`.
+    pub fn decision_failed(&self, method: &str, reason: &str) {
+        self.decisions_abandoned.add(&[method, reason], 1.0);
+    }
+
+    /// Number of placement decisions of `method` that did not finish for `reason` (for tests).
+    pub fn decision_failed_count(&self, method: &str, reason: &str) -> u64 {
+        self.decisions_abandoned
+            .get(&[method, reason])
+            .unwrap_or(0.0) as u64
+    }
+
     /// Number of relayed calls recorded for `method` (for tests and status output).
     pub fn relay_count(&self, method: &str) -> u64 {
         self.relay_shim.count(&[method])
@@ -433,6 +492,9 @@ impl Metrics {
         self.container_assignments.render(&mut out);
         self.relay_shim.render(&mut out);
         self.relay_runtime.render(&mut out);
+        self.relay_cut_off.render(&mut out);
+        self.settled.render(&mut out);
+        self.decisions_abandoned.render(&mut out);
         self.pool_cpus.render(&mut out);
         self.pool_memory.render(&mut out);
         self.drift_corrections.render(&mut out);

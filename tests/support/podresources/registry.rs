@@ -114,13 +114,13 @@ pub fn registry() -> Registry {
 /// A placer (the serve wiring: epoch-counted registry) around `registry`, checkpointing into
 /// `dir`.
 pub fn placer(registry: Registry, dir: &Path) -> Arc<Placer> {
+    placer_with(registry, dir, Arc::new(Metrics::new()))
+}
+
+/// [`placer`] counting in `metrics` (which a relay can share).
+pub fn placer_with(registry: Registry, dir: &Path, metrics: Arc<Metrics>) -> Arc<Placer> {
     let store = Store::new(Checkpoint::new(dir, "state.json"));
-    Arc::new(Placer::new(
-        registry,
-        store,
-        Knowledge::CriOnly,
-        Arc::new(Metrics::new()),
-    ))
+    Arc::new(Placer::new(registry, store, Knowledge::CriOnly, metrics))
 }
 
 /// Admits the pod and creates each of its containers (ids `<uid>-<name>`); false if refused.

@@ -81,6 +81,12 @@ pub struct FakeRuntime {
     pub lists_hang: Arc<AtomicBool>,
     /// Calls dropped before they answered (the caller reset the stream).
     pub cancelled: Arc<AtomicUsize>,
+    /// While set, every call that arrives never answers, whatever its method and its
+    /// `grpc-timeout` (only [`Runtime::start_without_deadlines`]; a runtime wedged for good).
+    pub hang_all: Arc<AtomicBool>,
+    /// Calls whose handler has not finished, by path (only [`Runtime::start_without_deadlines`]):
+    /// a call leaves when it answered or when numa-shim reset its stream.
+    pub open: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
 }
 
 /// Counts a call that is dropped before it answered (only hanging calls hold one).
@@ -92,7 +98,50 @@ impl Drop for CountCancel {
     }
 }
 
+/// Holds one call in [`FakeRuntime::open`] while it lives.
+struct Open {
+    open: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
+    path: String,
+}
+
+impl Open {
+    fn new(fake: &FakeRuntime, path: &str) -> Self {
+        *fake
+            .open
+            .lock()
+            .unwrap()
+            .entry(path.to_string())
+            .or_default() += 1;
+        Self {
+            open: fake.open.clone(),
+            path: path.to_string(),
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap();
+        if let Some(n) = open.get_mut(&self.path) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.path);
+            }
+        }
+    }
+}
+
 impl FakeRuntime {
+    /// Calls open now (see [`FakeRuntime::open`]), by path.
+    pub fn open_calls(&self) -> std::collections::BTreeMap<String, usize> {
+        self.open.lock().unwrap().clone()
+    }
+
+    /// Number of calls open now.
+    pub fn open_total(&self) -> usize {
+        self.open.lock().unwrap().values().sum()
+    }
+
     /// Waits for `ms` in a task of its own, then runs `create`: it happens even if the call
     /// that asked for it is cancelled.
     async fn late<T: Send + 'static>(ms: u64, create: impl FnOnce() -> T + Send + 'static) -> T {
@@ -545,6 +594,8 @@ pub struct Runtime {
     pub log: Log,
     pub fake: FakeRuntime,
     served: Served,
+    /// The connections served now (only [`Runtime::start_without_deadlines`]).
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl Runtime {
@@ -573,6 +624,7 @@ impl Runtime {
             log,
             fake,
             served,
+            connections: Arc::default(),
         }
     }
 
@@ -587,21 +639,32 @@ impl Runtime {
             inner: RuntimeServiceServer::new(fake.clone()),
             log: log.clone(),
         };
+        let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let (conns, state) = (connections.clone(), fake.clone());
         let served = Served::spawn(path, |listener, mut stopped| async move {
             loop {
                 let stream = tokio::select! {
                     _ = &mut stopped => return,
                     accepted = listener.accept() => accepted.unwrap().0,
                 };
-                let service = service.clone();
+                let (service, state) = (service.clone(), state.clone());
                 let serve =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        tower::ServiceExt::oneshot(service.clone(), req.map(tonic::body::Body::new))
+                        let (service, state) = (service.clone(), state.clone());
+                        async move {
+                            let _open = Open::new(&state, req.uri().path());
+                            if state.hang_all.load(Ordering::SeqCst) {
+                                std::future::pending::<()>().await;
+                            }
+                            let req = req.map(tonic::body::Body::new);
+                            tower::ServiceExt::oneshot(service, req).await
+                        }
                     });
-                tokio::spawn(
+                let task = tokio::spawn(
                     hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), serve),
                 );
+                conns.lock().unwrap().push(task.abort_handle());
             }
         });
         Self {
@@ -609,6 +672,16 @@ impl Runtime {
             log,
             fake,
             served,
+            connections,
+        }
+    }
+
+    /// Closes every connection served now, in the middle of whatever calls they carry (only
+    /// [`Runtime::start_without_deadlines`]): a runtime that crashed. New connections are
+    /// served as before.
+    pub fn cut_connections(&self) {
+        for task in self.connections.lock().unwrap().drain(..) {
+            task.abort();
         }
     }
 
