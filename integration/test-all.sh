@@ -68,8 +68,6 @@ if command -v shellcheck >/dev/null; then
 fi
 stage "cargo fmt" cargo fmt --all -- --check
 stage "cargo clippy" cargo clippy --all-targets --quiet -- -D warnings
-# The test-only hooks (`testing` feature) and the tests that need them.
-stage "cargo clippy (testing)" cargo clippy --all-targets --features testing --quiet -- -D warnings
 stage "cargo build" cargo build --quiet --bins
 
 trap it_teardown EXIT
@@ -78,8 +76,6 @@ it_up
 export NUMA_SHIM_IT_CONTAINERD NUMA_SHIM_IT_CRICTL=$IT_BIN/crictl NUMA_SHIM_IT_RUN=$IT_RUN
 export NUMA_SHIM_IT_CGROUP_PARENT=/$IT_CG NUMA_SHIM_IT_BUSYBOX_IMAGE=$IT_BUSYBOX_IMAGE NUMA_SHIM_IT_RUNTIME=$IT_RUNTIME
 stage "cargo test" cargo test --all-targets
-# A placement decision made slow or panicking on purpose (needs the `testing` feature).
-stage "decision off the relay's workers" cargo test --features testing --test decision_off_worker
 # Pods placed through numa-shim on this containerd, read back from cgroupfs and /proc.
 stage "real-runtime placement" cargo test --test realruntime -- --ignored --test-threads=1
 # numa-shim against the kubelet's own managers (kubelet-oracle, built by install-deps.sh).
