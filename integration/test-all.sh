@@ -62,7 +62,7 @@ stage_failures() {
 # Everything the suite needs, installed on a fresh machine (skipped when already there).
 "$here/install-deps.sh"
 
-shell_files=(integration/*.sh integration/lib/*.sh .ci/run)
+shell_files=(integration/*.sh integration/lib/*.sh integration/numa-vm/*.sh integration/numa-vm/init .ci/run)
 if command -v shellcheck >/dev/null; then
     stage shellcheck shellcheck -x "${shell_files[@]}"
 fi
@@ -93,6 +93,9 @@ stage "containerd $IT_CONTAINERD2_VERSION" env IT_RUNTIME=containerd IT_CONTAINE
 stage "packaging" "$here/packaging.sh"
 # etcd + kube-apiserver on loopback: podKnowledge apiserver, refusal reports, manifests dry-run.
 stage "control plane" "$here/apiserver-tests.sh"
+# A 2-node qemu guest (TCG): pods through numa-shim on containerd, the kernel's cpusets, mems and
+# memory.numa_stat against numa-shim's decisions (integration/numa-vm; all-shapes.sh runs 4n, snc).
+stage "multi-NUMA guest (2n)" "$here/numa-vm/run.sh" 2n -- integration/numa-vm/crictl-flow.sh
 
 it_log "summary:"
 printf '  %s\n' "${summary[@]}" >&2

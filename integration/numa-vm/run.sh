@@ -112,6 +112,11 @@ if [[ ! -s $initrd || $initrd -ot $here/init || $initrd -ot /boot/vmlinuz-$kver 
     rm -rf "$tree"
 fi
 
+# The test images (integration/lib/image.sh) are built here, where it is fast; the guest sees them.
+# shellcheck source=integration/lib/image.sh
+source "$here/../lib/image.sh"
+it_build_images >/dev/null
+
 # The share: the guest's second stage, the command, its environment and folder in; output out.
 share=$vmwork/last-$shape
 rm -rf "$share"
