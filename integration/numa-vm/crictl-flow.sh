@@ -14,7 +14,8 @@
 #     64 MiB: for every container cpuset.cpus, cpuset.mems, Cpus_allowed_list and
 #     Mems_allowed_list equal the decision and lie on the decided node; the node shared pool
 #     shrinks (the shared pod's cpuset with it);
-#   - >= 95 % of the 64 MiB on the decided node in memory.numa_stat;
+#   - >= 95 % of the 64 MiB on the decided node in memory.numa_stat (with more than 2 nodes, also
+#     for a pod of one node's CPUs that lands on a third node);
 #   - a pod bigger than one node refused with TopologyAffinityError;
 #   - numa-shim killed (-9) and restarted on its checkpoint: the same decisions, the kernel still
 #     matching, a new pod admitted only onto free CPUs (refused when none is free);
@@ -33,7 +34,7 @@ source "$here/../lib/image.sh"
 source "$here/../lib/containerd.sh"
 
 failures=0
-step() { printf '\n### %s\n' "$*"; }
+step() { printf '\n### [+%ss] %s\n' "$SECONDS" "$*"; }
 fail() {
     echo "FAIL: $*"
     failures=$((failures + 1))
@@ -47,7 +48,15 @@ cpus=$(nproc --all)
 per_node=$((cpus / nodes))
 step "Guest: $cpus CPUs, $nodes NUMA nodes ($(for n in /sys/devices/system/node/node[0-9]*; do printf '%s=%s ' "${n##*/}" "$(cat "$n/cpulist")"; done))"
 
-trap it_teardown EXIT
+# finish: keeps the logs of containerd and numa-shim in the share (the guest's disk goes at
+# poweroff), then tears down, keeping the exit status.
+finish() {
+    local rc=$?
+    cp "$IT_LOGS"/*.log "${NUMAVM_OUT:-$IT_WORK}/" 2>/dev/null
+    (exit "$rc")
+    it_teardown
+}
+trap finish EXIT
 trap "exit 143" TERM INT
 it_up
 bin=$(it_numa_shim_bin)
@@ -146,6 +155,13 @@ pod_json mem "$(res 1024 100000 201326592)"
 container_json mem "$(res 1024 100000 201326592)" 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null;'
 run_pod mem mem
 
+if ((nodes > 2)); then
+    step "More than 2 nodes: a pod of one node's CPUs ($per_node) writing 64 MiB lands on a third node"
+    pod_json far "$(res $((per_node * 1024)) $((per_node * 100000)) 201326592)"
+    container_json far "$(res $((per_node * 1024)) $((per_node * 100000)) 201326592)" 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null;'
+    run_pod far far
+fi
+
 mixed_cpus=$(python3 -c 'import json,sys,urllib.request; print([p["cpus"] for p in json.load(urllib.request.urlopen(sys.argv[1]))["pods"] if p["name"] == "mixed"][0])' "http://$metrics/placement")
 shrunk=$(shared_cpus)
 step "The node shared pool shrank to $shrunk (mixed holds $mixed_cpus); the shared pod follows it"
@@ -161,6 +177,7 @@ else
 fi
 step "Memory lands on the decided node"
 checked check numastat mem 64
+if ((nodes > 2)); then checked check numastat far 64; fi
 
 step "A pod bigger than one node ($((per_node + 1)) CPUs) under single-numa-node is refused"
 pod_json toobig "$(res $(((per_node + 1) * 1024)) $(((per_node + 1) * 100000)) 67108864)"
@@ -201,13 +218,13 @@ fi
 step "Pods removed: the node shared pool grows back to $all, the shared pod's cpuset with it"
 remove_pod mixed
 remove_pod after
+if ((nodes > 2)); then remove_pod far; fi
 ((free == 0)) || remove_pod mem
 wait_shared "$all"
 wait_cpuset "${ids[burst]}" "$all"
 checked check check
 echo "\$ numa-shim inspect"
 "$bin" inspect --endpoint "http://$metrics"
-cp "$IT_LOGS"/*.log "${NUMAVM_OUT:-$dir}/" 2>/dev/null || true
 
 step "crictl flow on $nodes nodes: $failures failures"
 ((failures == 0))

@@ -63,7 +63,27 @@ def all_nodes(view):
     return {n["id"] for n in view["numaNodes"]}
 
 
+_PIDS = {}
+
+
 def pid_of(crictl, cid):
+    """The container's first process: the lowest PID whose cgroup's last path part names the
+    container id (cgroupfs `<parent>/<id>`, systemd `cri-containerd-<id>.scope`,
+    `crio-<id>.scope`), else what `crictl inspect` says."""
+    if not _PIDS:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cgroup") as f:
+                    for line in f:
+                        leaf = line.rstrip("\n").rsplit("/", 1)[-1]
+                        _PIDS.setdefault(leaf, set()).add(int(entry))
+            except OSError:
+                continue
+    found = [min(pids) for leaf, pids in _PIDS.items() if cid in leaf]
+    if found:
+        return min(found)
     out = subprocess.run(
         shlex.split(crictl) + ["inspect", "-o", "go-template", "--template", "{{.info.pid}}", cid],
         capture_output=True, text=True, check=True, timeout=120,
@@ -140,7 +160,10 @@ def check(args):
         k_cpus = parse_list(read(f"{cs}/cpuset.cpus"))
         raw_mems = read(f"{cs}/cpuset.mems")
         # An empty cpuset.mems (v2) means the parent's: the kernel's effective set says which.
-        k_mems = parse_list(raw_mems if raw_mems else read(f"{cs}/cpuset.mems.effective"))
+        effective = f"{cs}/cpuset.mems.effective"
+        if not os.path.exists(effective):
+            effective = f"{cs}/cpuset.effective_mems"  # cgroup v1
+        k_mems = parse_list(raw_mems if raw_mems else read(effective))
         a_cpus = parse_list(status_field(pid, "Cpus_allowed_list"))
         a_mems = parse_list(status_field(pid, "Mems_allowed_list"))
         on = {nodes_of[x] for x in k_cpus}
@@ -213,15 +236,18 @@ def break_mems(args, view, name):
 
 
 def numa_stat(path):
-    """Bytes per node of anon + file memory in a memory.numa_stat."""
+    """Bytes per node of anon + file memory in a memory.numa_stat: v2 lines are
+    `anon N0=<bytes> ...`, v1 lines `anon=<pages> N0=<pages> ...` (hierarchical_ ones skipped)."""
     per = {}
     for line in read(path).splitlines():
         kind, *cols = line.split()
+        kind, v1, _ = kind.partition("=")
         if kind not in ("anon", "file"):
             continue
+        unit = os.sysconf("SC_PAGE_SIZE") if v1 else 1
         for col in cols:
             node, _, value = col.partition("=")
-            per[int(node[1:])] = per.get(int(node[1:]), 0) + int(value)
+            per[int(node[1:])] = per.get(int(node[1:]), 0) + int(value) * unit
     return per
 
 
