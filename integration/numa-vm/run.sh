@@ -139,12 +139,12 @@ watchdog=
 # Powers the guest off if it is still running: only the qemu this script started, by its PID.
 # shellcheck disable=SC2317 # called by the EXIT trap
 stop_guest() {
-    [[ -n $watchdog ]] && kill "$watchdog" 2>/dev/null
+    if [[ -n $watchdog ]]; then kill "$watchdog" 2>/dev/null || true; fi
     if [[ -n $qemu_pid ]] && kill -0 "$qemu_pid" 2>/dev/null; then
         it_log "numa-vm: stopping qemu (pid $qemu_pid)"
-        kill -TERM "$qemu_pid" 2>/dev/null
+        kill -TERM "$qemu_pid" 2>/dev/null || true
         sleep 1
-        kill -KILL "$qemu_pid" 2>/dev/null
+        kill -KILL "$qemu_pid" 2>/dev/null || true
     fi
     return 0
 }
@@ -161,7 +161,10 @@ qemu-system-x86_64 -name "numa-vm-$shape" -accel tcg,thread=single -cpu max,vend
     -virtfs "local,path=$share,mount_tag=share,security_model=none,multidevs=remap" </dev/null &
 qemu_pid=$!
 (
-    sleep "$timeout" >/dev/null 2>&1 # holds none of this script's output open
+    # Its sleep holds none of this script's output open and ends with the watchdog.
+    sleep "$timeout" >/dev/null 2>&1 &
+    trap 'kill $! 2>/dev/null; exit 0' TERM
+    wait $!
     it_log "numa-vm: timeout after ${timeout}s"
     kill -TERM "$qemu_pid" 2>/dev/null
 ) &
