@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the real-runtime harness needs on a clean Debian 12 machine (run as root):
-# containerd, runc, CNI plugins, static busybox (test images), shellcheck, and crictl + critest
+# containerd, runc, CNI plugins, static busybox (test images), shellcheck, qemu and Debian's kernel
+# (the multi-NUMA guests of integration/numa-vm), and crictl + critest
 # v1.37.0 built from the Go module proxy into integration/.work/bin (skipped when already there);
 # CRI-O's conmon, skopeo and build libraries, and CRI-O and containerd 2.x built from the Go
 # module proxy into IT_CACHE/bin (build-crio.sh, build-containerd.sh); the kubelets CI tests
@@ -11,6 +12,8 @@ source "$(dirname "$0")/lib/common.sh"
 
 pkgs=(containerd runc containernetworking-plugins busybox-static shellcheck iproute2 util-linux procps curl python3)
 pkgs+=(conmon skopeo gcc libc6-dev libseccomp-dev libgpgme-dev libbtrfs-dev)
+# The multi-NUMA guests (integration/numa-vm): the emulator, the guest kernel, the initramfs's cpio.
+pkgs+=(qemu-system-x86 linux-image-amd64 cpio)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -6,7 +6,7 @@
 #   real-kubelet tests (kubelets v1.37.2 and v1.34.4), crictl parity and critest parity through
 #   numa-shim; then the real-runtime tests and both parity checks again on CRI-O (with the
 #   tutorial's real-kubelet tests: kubelet v1.37.2, numa-shim, CRI-O) and on containerd 2.x
-#   (runtime-suite.sh).
+#   (runtime-suite.sh); and the crictl flow in a 2-node qemu guest (integration/numa-vm).
 # Starts a private containerd and tears everything down on exit. Needs root and the tools from
 # integration/install-deps.sh. Every stage runs even when an earlier one fails; the last line is
 # `test-all: N passed, N failed` over the stages.
@@ -62,7 +62,7 @@ stage_failures() {
 # Everything the suite needs, installed on a fresh machine (skipped when already there).
 "$here/install-deps.sh"
 
-shell_files=(integration/*.sh integration/lib/*.sh .ci/run)
+shell_files=(integration/*.sh integration/lib/*.sh integration/numa-vm/*.sh integration/numa-vm/init .ci/run)
 if command -v shellcheck >/dev/null; then
     stage shellcheck shellcheck -x "${shell_files[@]}"
 fi
@@ -93,6 +93,10 @@ stage "containerd $IT_CONTAINERD2_VERSION" env IT_RUNTIME=containerd IT_CONTAINE
 stage "packaging" "$here/packaging.sh"
 # etcd + kube-apiserver on loopback: podKnowledge apiserver, refusal reports, manifests dry-run.
 stage "control plane" "$here/apiserver-tests.sh"
+# A 2-node qemu guest (TCG): pods through numa-shim on containerd, the kernel's cpusets, mems and
+# memory.numa_stat against numa-shim's decisions (integration/numa-vm; all-shapes.sh runs 4n, snc).
+# ~3.5 min on an idle 2-CPU machine (qemu TCG on one host CPU).
+stage "multi-NUMA guest (2n)" "$here/numa-vm/run.sh" 2n -- integration/numa-vm/crictl-flow.sh
 
 it_log "summary:"
 printf '  %s\n' "${summary[@]}" >&2

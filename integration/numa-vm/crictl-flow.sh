@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# The crictl flow on a multi-NUMA kernel: runs INSIDE a guest of integration/numa-vm/run.sh
+#
+#   integration/numa-vm/run.sh 2n -- integration/numa-vm/crictl-flow.sh
+#
+# Starts containerd 1.6 (private root and state on the guest's tmpfs, cgroup v2, a loopback-only
+# CNI config, the local busybox images) and numa-shim (this worktree's build, the guest's sysfs
+# topology; static CPU Manager with CPU 0 reserved, Static Memory Manager, single-numa-node, pod
+# scope, specs inferred from CRI) in front of it, drives pods through numa-shim with crictl as the
+# kubelet would, and checks with numa_check.py what the kernel applied against numa-shim's
+# /placement:
+#   - a pod in the node shared pool (500m), then the tutorial's mixed pod (one node's CPUs:
+#     main with an exclusive slice, two sidecars in the pod shared pool), a 1-CPU pod writing
+#     64 MiB: for every container cpuset.cpus, cpuset.mems, Cpus_allowed_list and
+#     Mems_allowed_list equal the decision and lie on the decided node; the node shared pool
+#     shrinks (the shared pod's cpuset with it);
+#   - >= 95 % of the 64 MiB on the decided node in memory.numa_stat (with more than 2 nodes, also
+#     for a pod of one node's CPUs that lands on a third node);
+#   - a pod bigger than one node refused with TopologyAffinityError;
+#   - numa-shim killed (-9) and restarted on its checkpoint: the same decisions, the kernel still
+#     matching, a new pod admitted only onto free CPUs (refused when none is free);
+#   - the pods removed: the node shared pool (and the shared pod's cpuset) grows back;
+#   - the check itself fails on a deliberately wrong cpuset.mems.
+# NUMAVM_BREAK_MEMS=1 writes a wrong cpuset.mems into the mixed pod's main container before the
+# first check, so the run fails (to see what a failure looks like). Exit 1 when a check failed.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export IT_RUN=${IT_RUN:-/run/nsit-numavm}
+# shellcheck source=integration/lib/common.sh
+source "$here/../lib/common.sh"
+# shellcheck source=integration/lib/image.sh
+source "$here/../lib/image.sh"
+# shellcheck source=integration/lib/containerd.sh
+source "$here/../lib/containerd.sh"
+
+failures=0
+step() { printf '\n### [+%ss] %s\n' "$SECONDS" "$*"; }
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+# checked CMD...: runs a check, counting its failure without stopping the flow.
+checked() { "$@" || fail "$* (exit $?)"; }
+
+[[ -f /sys/fs/cgroup/cgroup.controllers ]] || it_die "cgroup v2 is not mounted at /sys/fs/cgroup"
+nodes=$(find /sys/devices/system/node -maxdepth 1 -name 'node[0-9]*' | wc -l)
+cpus=$(nproc --all)
+per_node=$((cpus / nodes))
+step "Guest: $cpus CPUs, $nodes NUMA nodes ($(for n in /sys/devices/system/node/node[0-9]*; do printf '%s=%s ' "${n##*/}" "$(cat "$n/cpulist")"; done))"
+
+# finish: keeps the logs of containerd and numa-shim in the share (the guest's disk goes at
+# poweroff), then tears down, keeping the exit status.
+finish() {
+    local rc=$?
+    cp "$IT_LOGS"/*.log "${NUMAVM_OUT:-$IT_WORK}/" 2>/dev/null
+    (exit "$rc")
+    it_teardown
+}
+trap finish EXIT
+trap "exit 143" TERM INT
+it_up
+bin=$(it_numa_shim_bin)
+[[ -x $bin ]] || it_die "no numa-shim at $bin (cargo build on the host first)"
+dir=$IT_RUN/flow
+mkdir -p "$dir"
+metrics=127.0.0.1:19464
+printf '%s\n' 'cpuManagerPolicy: static' 'reservedSystemCPUs: "0"' 'topologyManagerPolicy: single-numa-node' \
+    'topologyManagerScope: pod' 'memoryManagerPolicy: Static' \
+    'reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]' "metricsAddress: $metrics" >"$dir/numa-shim.yaml"
+shim_args=(--config "$dir/numa-shim.yaml" --state-dir "$IT_RUN/shim-state" --pod-knowledge cri)
+shim=$(it_shim_start shim "${shim_args[@]}")
+echo "numa-shim settings:" && sed 's/^/  /' "$dir/numa-shim.yaml"
+echo "numa-shim topology:" && "$bin" topology | sed 's/^/  /'
+check() { python3 "$here/numa_check.py" --placement "http://$metrics" --crictl "$IT_BIN/crictl --config $IT_WORK/crictl.yaml --runtime-endpoint unix://$shim --timeout 120s" "$@"; }
+shared_cpus() { python3 -c 'import json,sys,urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))["sharedCPUs"])' "http://$metrics/placement"; }
+# wait_shared CPUS: waits (60 s at most) until the node shared pool is CPUS.
+wait_shared() {
+    local i
+    for ((i = 0; i < 120; i++)); do
+        [[ $(shared_cpus) == "$1" ]] && return 0
+        sleep 0.5
+    done
+    fail "the node shared pool is $(shared_cpus), expected $1"
+}
+# wait_cpuset ID CPUS: waits (60 s at most) until container ID's kernel cpuset.cpus is CPUS.
+wait_cpuset() {
+    local i pid cg now=
+    pid=$(it_crictl "$shim" inspect -o go-template --template '{{.info.pid}}' "$1")
+    cg=/sys/fs/cgroup$(sed -n 's/^0:://p' "/proc/$pid/cgroup")
+    for ((i = 0; i < 120; i++)); do
+        now=$(cat "$cg/cpuset.cpus")
+        [[ $now == "$2" ]] && return 0
+        sleep 0.5
+    done
+    fail "container $1: cpuset.cpus is $now, expected $2 ($cg)"
+}
+
+# res SHARES QUOTA MEMORY: CRI LinuxContainerResources as the kubelet fills them.
+res() { printf '{"cpu_period": 100000, "cpu_quota": %s, "cpu_shares": %s, "memory_limit_in_bytes": %s}' "$2" "$1" "$3"; }
+# pod_json NAME RESOURCES: a pod sandbox config (host network: the guest has loopback only).
+pod_json() {
+    printf '{"metadata": {"name": "%s", "namespace": "default", "uid": "numavm-%s-uid", "attempt": 0}, "log_directory": "%s", "linux": {"cgroup_parent": "/%s/pod-%s", "security_context": {"namespace_options": {"network": 2}}, "resources": %s}}\n' \
+        "$1" "$1" "$IT_RUN/logs/$1" "$IT_CG" "$1" "$2" >"$dir/pod-$1.json"
+}
+# container_json NAME RESOURCES [SHELL_CMD]: a container running SHELL_CMD, then sleeping.
+container_json() {
+    printf '{"metadata": {"name": "%s"}, "image": {"image": "%s"}, "command": ["sh", "-c", "%s sleep 3600"], "log_path": "%s.log", "linux": {"resources": %s}}\n' \
+        "$1" "$IT_BUSYBOX_IMAGE" "${3:-}" "$1" "$2" >"$dir/ctr-$1.json"
+}
+declare -A pods ids
+# run_pod POD CONTAINER...: runs the pod and its containers (in order) through numa-shim.
+run_pod() {
+    local pod=$1 c
+    shift
+    pods[$pod]=$(it_crictl "$shim" runp "$dir/pod-$pod.json")
+    for c in "$@"; do
+        ids[$c]=$(it_crictl "$shim" create "${pods[$pod]}" "$dir/ctr-$c.json" "$dir/pod-$pod.json")
+        it_crictl "$shim" start "${ids[$c]}" >/dev/null
+    done
+}
+remove_pod() {
+    it_crictl "$shim" stopp "${pods[$1]}" >/dev/null
+    it_crictl "$shim" rmp "${pods[$1]}" >/dev/null
+}
+# refused POD: RunPodSandbox of POD must fail with the kubelet's TopologyAffinityError.
+refused() {
+    local out
+    if out=$(it_crictl "$shim" runp "$dir/pod-$1.json" 2>&1); then
+        fail "pod $1 was admitted (sandbox $out); expected TopologyAffinityError"
+        return
+    fi
+    out=$(tail -1 <<<"$out")
+    echo "refused: ${out#*desc = }"
+    grep -q 'code = FailedPrecondition desc = TopologyAffinityError: ' <<<"$out" ||
+        fail "pod $1: refusal without the kubelet's reason: $out"
+}
+
+all=$(cat /sys/devices/system/cpu/online)
+step "A pod in the node shared pool (500m): it runs on every CPU ($all)"
+pod_json burst "$(res 512 50000 67108864)"
+container_json burst "$(res 512 50000 67108864)"
+run_pod burst burst
+wait_shared "$all"
+
+step "The tutorial's mixed pod, one node's CPUs ($per_node): main exclusive, sidecars proxy and logs in the pod pool"
+m=$((per_node - 1))
+pod_json mixed "$(res $((per_node * 1024)) $((per_node * 100000)) 268435456)"
+container_json proxy "$(res $((per_node * 1024)) $((per_node * 100000)) 268435456)"
+container_json logs "$(res $((per_node * 1024)) $((per_node * 100000)) 268435456)"
+container_json main "$(res $((m * 1024)) $((m * 100000)) 134217728)"
+run_pod mixed proxy logs main
+
+step "A 1-CPU pod writing 64 MiB into its /tmp"
+pod_json mem "$(res 1024 100000 201326592)"
+container_json mem "$(res 1024 100000 201326592)" 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null;'
+run_pod mem mem
+
+if ((nodes > 2)); then
+    step "More than 2 nodes: a pod of one node's CPUs ($per_node) writing 64 MiB lands on a third node"
+    pod_json far "$(res $((per_node * 1024)) $((per_node * 100000)) 201326592)"
+    container_json far "$(res $((per_node * 1024)) $((per_node * 100000)) 201326592)" 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null;'
+    run_pod far far
+fi
+
+mixed_cpus=$(python3 -c 'import json,sys,urllib.request; print([p["cpus"] for p in json.load(urllib.request.urlopen(sys.argv[1]))["pods"] if p["name"] == "mixed"][0])' "http://$metrics/placement")
+shrunk=$(shared_cpus)
+step "The node shared pool shrank to $shrunk (mixed holds $mixed_cpus); the shared pod follows it"
+[[ $shrunk != "$all" ]] || fail "the node shared pool did not shrink: $shrunk"
+wait_cpuset "${ids[burst]}" "$shrunk"
+
+if [[ -n ${NUMAVM_BREAK_MEMS:-} ]]; then
+    step "NUMAVM_BREAK_MEMS: a wrong cpuset.mems for main (this run must fail)"
+    checked check check --break-mems main
+else
+    step "Kernel against numa-shim's decision, every container"
+    checked check check
+fi
+step "Memory lands on the decided node"
+checked check numastat mem 64
+if ((nodes > 2)); then checked check numastat far 64; fi
+
+step "A pod bigger than one node ($((per_node + 1)) CPUs) under single-numa-node is refused"
+pod_json toobig "$(res $(((per_node + 1) * 1024)) $(((per_node + 1) * 100000)) 67108864)"
+refused toobig
+
+step "numa-shim killed (-9) and restarted on its checkpoint"
+check snapshot >"$dir/before.json"
+kill -KILL "$(cat "$IT_RUN/pids/shim")"
+sleep 1
+shim=$(it_shim_start shim "${shim_args[@]}")
+checked check same "$dir/before.json"
+checked check check
+free=$(python3 -c '
+import json, sys, urllib.request
+v = json.load(urllib.request.urlopen(sys.argv[1]))
+print(sum(1 for n in v["numaNodes"] for c in n["cpus"] if c["owner"]["kind"] == "shared"))' "http://$metrics/placement")
+pod_json after "$(res 1024 100000 67108864)"
+container_json after "$(res 1024 100000 67108864)"
+if ((free == 0)); then
+    step "No CPU is free for an exclusive 1-CPU pod after the restart: it is refused"
+    refused after
+    step "mem removed: its CPU is free again, and the 1-CPU pod gets it"
+    remove_pod mem
+    run_pod after after
+else
+    step "$free CPUs free after the restart: a 1-CPU pod gets one of them"
+    run_pod after after
+fi
+checked check check
+
+step "The check fails on a deliberately wrong cpuset.mems"
+if out=$(check check --break-mems main 2>&1); then
+    fail "numa_check passed with a wrong cpuset.mems: $out"
+else
+    grep '^FAIL\|wrote a wrong' <<<"$out"
+fi
+
+step "Pods removed: the node shared pool grows back to $all, the shared pod's cpuset with it"
+remove_pod mixed
+remove_pod after
+if ((nodes > 2)); then remove_pod far; fi
+((free == 0)) || remove_pod mem
+wait_shared "$all"
+wait_cpuset "${ids[burst]}" "$all"
+checked check check
+echo "\$ numa-shim inspect"
+"$bin" inspect --endpoint "http://$metrics"
+
+step "crictl flow on $nodes nodes: $failures failures"
+((failures == 0))
