@@ -13,7 +13,7 @@ pub use kubelet_config::{
     ConfigWarning, KubeletConfigError, KubeletConfiguration, KubeletFinding, ResolvedConfig,
     RunningConfigError, Severity,
 };
-pub use pod::{Pod, PodError};
+pub use pod::{Pod, PodError, ResourceRequirements};
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;

@@ -70,6 +70,16 @@ pub enum Step {
         name: String,
         container: Option<String>,
     },
+    /// An in-place resize (`kubectl patch --subresource resize`): a running container's
+    /// resources, or the pod-level budget without `container`. A refusal is reported on the pod
+    /// (`resizeError`) and changes nothing.
+    Resize {
+        at: String,
+        namespace: String,
+        name: String,
+        container: Option<String>,
+        resources: crate::placement::Resources,
+    },
     /// A pod the API server would refuse (only when loaded with API refusals kept: see
     /// [`Scenario::from_str_keeping_refusals`]); `error` says why.
     Refused {

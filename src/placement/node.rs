@@ -7,11 +7,13 @@
 mod adopt;
 mod cpus;
 mod placement;
+mod resize;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use adopt::{AdoptError, Found};
 pub use placement::{ContainerPlacement, CpuQuota, Isolation, PodPlacement};
+pub use resize::ResizeError;
 
 use self::cpus::CpuBackend;
 use super::config::{Config, TopologyPolicy, TopologyScope};
@@ -58,6 +60,9 @@ struct AdmittedPod {
     /// Containers that started (kubelet `AddContainer`), in start order.
     #[serde(default)]
     started: Vec<String>,
+    /// What in-place resizes may never take away (`node::resize`).
+    #[serde(default, skip_serializing_if = "resize::Promised::is_empty")]
+    promised: resize::Promised,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -176,6 +181,7 @@ impl Node {
                     hints,
                     live,
                     started: Vec::new(),
+                    promised: Default::default(),
                 };
                 self.pods.insert(pod.uid.clone(), record);
                 tracing::debug!(pod = %pod.uid, "admitted");

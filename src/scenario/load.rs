@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::refs::{RawStep, RemoveSpec, StartSpec, StartValue, StrOr};
+use super::refs::{RawStep, RemoveSpec, ResizeSpec, StartSpec, StartValue, StrOr};
 use super::{Scenario, ScenarioError, Step};
 use crate::cpuset::CpuSet;
 use crate::k8s::{documents, KubeletConfiguration, Pod};
@@ -76,6 +76,13 @@ pub(super) fn from_str(
         steps.extend(l.admissions(&format!("pods[{i}]"), p, true)?);
     }
     for (i, s) in raw.steps.iter().enumerate() {
+        if let Some(spec) = &s.resize {
+            if s.admit.is_some() || s.start.is_some() || s.remove.is_some() {
+                return Err(l.invalid(&format!("steps[{i}]"), "resize is a step of its own"));
+            }
+            steps.push(l.resize(&format!("steps[{i}].resize"), spec)?);
+            continue;
+        }
         match (&s.admit, &s.start, &s.remove) {
             (Some(p), None | Some(StartValue::Flag(_)), None) => {
                 let start = !matches!(s.start, Some(StartValue::Flag(false)));
@@ -313,6 +320,23 @@ fn removal(at: &str, r: &StrOr<RemoveSpec>) -> Step {
         namespace,
         name,
         container,
+    }
+}
+
+impl Loader<'_> {
+    fn resize(&self, at: &str, spec: &ResizeSpec) -> Result<Step, ScenarioError> {
+        let (namespace, name) = split_key(&spec.pod);
+        let resources = spec
+            .resources
+            .to_resources(&format!("{at}.resources"))
+            .map_err(|e| self.invalid(at, e.to_string()))?;
+        Ok(Step::Resize {
+            at: at.to_string(),
+            namespace,
+            name,
+            container: spec.container.clone(),
+            resources,
+        })
     }
 }
 

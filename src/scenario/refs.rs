@@ -43,6 +43,17 @@ pub(super) struct RemoveSpec {
     pub(super) container: Option<String>,
 }
 
+/// An in-place resize: a container's new resources, or without `container` the pod-level
+/// `spec.resources`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResizeSpec {
+    /// `namespace/name`, or `name` in namespace `default`.
+    pub(super) pod: String,
+    pub(super) container: Option<String>,
+    pub(super) resources: crate::k8s::ResourceRequirements,
+}
+
 /// The mapping form of a start: containers of an admitted pod that start now, in this order.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -88,6 +99,7 @@ pub(super) struct RawStep {
     pub(super) admit: Option<StrOr<Box<crate::k8s::Pod>>>,
     pub(super) start: Option<StartValue>,
     pub(super) remove: Option<StrOr<RemoveSpec>>,
+    pub(super) resize: Option<ResizeSpec>,
 }
 
 #[cfg(test)]

@@ -37,6 +37,9 @@ pub struct PodReport {
     pub memory_nodes: Option<String>,
     /// Live containers, init containers first, in spec order (empty when rejected).
     pub containers: Vec<ContainerReport>,
+    /// Why the last `resize` step of the pod was refused (it changed nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resize_error: Option<String>,
 }
 
 /// One live container.
@@ -84,6 +87,8 @@ pub(super) struct Entry {
     /// The pod as admitted (none for a refused pod).
     pub(super) pod: Option<PodSpec>,
     pub(super) state: State,
+    /// The last refused resize.
+    pub(super) resize_error: Option<String>,
 }
 
 /// The pods seen so far and what became of them.
@@ -101,6 +106,7 @@ impl Book {
             name: name.to_string(),
             pod,
             state,
+            resize_error: None,
         };
         match self.index.get(&key) {
             Some(&i) => self.order[i] = entry,
@@ -138,6 +144,38 @@ impl Book {
         }
     }
 
+    /// A resize step: on success (`error` none) the recorded spec takes the new resources.
+    pub(super) fn resized(
+        &mut self,
+        key: &str,
+        container: Option<&str>,
+        resources: &crate::placement::Resources,
+        error: Option<String>,
+    ) {
+        let Some(&i) = self.index.get(key) else {
+            return;
+        };
+        let entry = &mut self.order[i];
+        if error.is_none() {
+            if let Some(pod) = entry.pod.as_mut() {
+                match container {
+                    None => pod.resources = Some(resources.clone()),
+                    Some(name) => {
+                        if let Some(c) = pod
+                            .init_containers
+                            .iter_mut()
+                            .chain(pod.containers.iter_mut())
+                            .find(|c| c.name == name)
+                        {
+                            c.resources = resources.clone();
+                        }
+                    }
+                }
+            }
+        }
+        entry.resize_error = error;
+    }
+
     pub(super) fn removed(&mut self, key: &str) {
         self.set_state(key, State::Removed);
     }
@@ -169,6 +207,7 @@ impl Book {
                     cpus: None,
                     memory_nodes: None,
                     containers: Vec::new(),
+                    resize_error: None,
                 };
                 match (&e.state, &e.pod) {
                     (State::Removed, _) => None,
@@ -176,7 +215,12 @@ impl Book {
                         Some(rejected(Some(err.reason()), err.to_string()))
                     }
                     (State::Refused(msg), _) => Some(rejected(None, msg.clone())),
-                    (State::Admitted, Some(pod)) => admitted_report(node, pod, stopped),
+                    (State::Admitted, Some(pod)) => {
+                        admitted_report(node, pod, stopped).map(|mut r| {
+                            r.resize_error = e.resize_error.clone();
+                            r
+                        })
+                    }
                     (State::Admitted, None) => None,
                 }
             })
@@ -216,6 +260,7 @@ fn admitted_report(node: &Node, pod: &PodSpec, stopped: &Stopped) -> Option<PodR
             .filter(|c| gone.is_none_or(|g| !g.contains(&c.name)))
             .map(|c| container_report(node, pod, c))
             .collect(),
+        resize_error: None,
     })
 }
 

@@ -116,6 +116,13 @@ impl<'s> Run<'s> {
                 name,
                 container,
             } => self.remove(at, namespace, name, container.as_deref()),
+            Step::Resize {
+                at,
+                namespace,
+                name,
+                container,
+                resources,
+            } => self.resize(at, namespace, name, container.as_deref(), resources),
             Step::Refused {
                 namespace,
                 name,
@@ -123,6 +130,41 @@ impl<'s> Run<'s> {
                 ..
             } => {
                 self.book.refused(namespace, name, error.clone());
+                Ok(())
+            }
+        }
+    }
+
+    fn resize(
+        &mut self,
+        at: &str,
+        namespace: &str,
+        name: &str,
+        container: Option<&str>,
+        resources: &crate::placement::Resources,
+    ) -> Result<(), ScenarioError> {
+        use crate::placement::node::ResizeError;
+        let uid = self.live_uid(at, namespace, name)?;
+        let result = match container {
+            Some(c) => self.node.resize_container(&uid, c, resources),
+            None => self.node.resize_pod(&uid, resources),
+        };
+        match result {
+            Ok(_) => {
+                self.book
+                    .resized(&format!("{namespace}/{name}"), container, resources, None);
+                Ok(())
+            }
+            Err(ResizeError::UnknownContainer { container, .. }) => {
+                Err(self.unknown_container(at, namespace, name, &container))
+            }
+            Err(e) => {
+                self.book.resized(
+                    &format!("{namespace}/{name}"),
+                    container,
+                    resources,
+                    Some(e.to_string()),
+                );
                 Ok(())
             }
         }

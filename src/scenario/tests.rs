@@ -294,3 +294,54 @@ fn a_removed_pod_may_come_back() {
     assert_eq!(names, ["z"]);
     assert_eq!(out.report.pods.len(), 1);
 }
+
+#[test]
+fn resize_steps_grow_keep_and_refuse() {
+    let text = format!(
+        r#"{MACHINE}kubelet: {{cpuManagerPolicy: static, reservedSystemCPUs: "0", topologyManagerPolicy: single-numa-node}}
+pods:
+{}{}steps:
+- resize: {{pod: a, container: x, resources: {{limits: {{cpu: 2, memory: 1Gi}}}}}}
+- resize: {{pod: a, container: x, resources: {{limits: {{cpu: 3, memory: 1Gi}}}}}}
+"#,
+        pod(
+            "b",
+            "    containers: [{name: x, resources: {limits: {cpu: 1, memory: 1Gi}}}]\n"
+        ),
+        pod(
+            "a",
+            "    containers: [{name: x, resources: {limits: {cpu: 1, memory: 1Gi}}}]\n"
+        ),
+    );
+    let out = run(&text).unwrap();
+    let json = serde_json::to_value(&out.report).unwrap();
+    // b takes node 0's free CPU (0 is reserved), a one CPU of node 1; a keeps it and gets the
+    // other CPU of node 1; a third CPU would need node 0: refused, nothing changes.
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "pods": [{"namespace": "default", "name": "b", "admitted": true, "containers": [
+                {"name": "x", "role": "app", "cpus": "1", "exclusive": true, "cpuQuota": -1}
+            ]}, {"namespace": "default", "name": "a", "admitted": true, "containers": [
+                {"name": "x", "role": "app", "cpus": "2-3", "exclusive": true, "cpuQuota": -1}
+            ], "resizeError": "not enough cpus available to satisfy request: requested=1, available=0 (NUMA node(s) 1: free cpus \"\")"}],
+            "node": {"reservedCPUs": "0", "sharedCPUs": "0"}
+        })
+    );
+    let bad = run(&format!(
+        "{MACHINE}pods:\n{}steps:\n- resize: {{pod: a, container: nope, resources: {{}}}}\n",
+        pod("a", "    containers: [{name: x}]\n")
+    ))
+    .unwrap_err();
+    assert!(bad.to_string().contains("steps[0].resize"), "{bad}");
+}
+
+#[test]
+fn the_resize_example_matches_its_expect_block() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/resize.yaml");
+    let s = Scenario::load(&path).unwrap();
+    let report = serde_json::to_value(s.run().unwrap().report).unwrap();
+    let expect = s.expect.clone().expect("an expect block");
+    let mismatches = expect::check(&expect, &report);
+    assert!(mismatches.is_empty(), "{mismatches:?}\n{report:#}");
+}

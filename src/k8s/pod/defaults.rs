@@ -67,6 +67,16 @@ impl Res {
     }
 }
 
+impl ResourceRequirements {
+    /// The resources of an in-place resize (`kubectl patch --subresource resize`), requests
+    /// defaulted from limits as the API server does.
+    pub fn to_resources(&self, field: &str) -> Result<placement::Resources, PodError> {
+        let mut r = Res::from_manifest(self);
+        r.default_requests_from_limits();
+        r.to_resources(field)
+    }
+}
+
 impl<'a> Defaulted<'a> {
     /// Applies container defaulting, then pod-level defaulting (PodLevelResources is on in every
     /// cluster numa-shim targets: beta and default-on since 1.34).

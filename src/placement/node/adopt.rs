@@ -53,6 +53,7 @@ impl Node {
                     // none is marked, so its regular init containers' memory stays held until
                     // a container of it starts again (never given out twice).
                     started: Vec::new(),
+                    promised: Default::default(),
                 };
                 self.pods.insert(pod.uid.clone(), record);
                 tracing::debug!(pod = %pod.uid, "adopted");

@@ -130,6 +130,15 @@ impl CpuBackend {
         self.manager.undo_pod(pod_uid, undo);
     }
 
+    /// The manager itself, for in-place resize (`node::resize`).
+    pub(super) fn manager(&self) -> &CpuManager {
+        &self.manager
+    }
+
+    pub(super) fn manager_mut(&mut self) -> &mut CpuManager {
+        &mut self.manager
+    }
+
     pub(super) fn state(&self) -> CpuState {
         self.manager.snapshot()
     }
