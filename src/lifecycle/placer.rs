@@ -39,6 +39,8 @@ pub struct Placer {
     reporter: Option<Reporter>,
     /// Pods refused now, which the kubelet keeps retrying.
     refusals: Mutex<Refusals>,
+    /// What the kubelet's device manager holds (`None`: decisions without devices).
+    devices: Option<Arc<dyn super::devices::DeviceSource>>,
 }
 
 impl Placer {
@@ -57,7 +59,31 @@ impl Placer {
             state_behind: Notify::new(),
             metrics,
             reporter: None,
+            devices: None,
             refusals: Mutex::new(Refusals::default()),
+        }
+    }
+
+    /// Asks `source` for the kubelet's devices before each admission.
+    pub fn with_devices(mut self, source: Arc<dyn super::devices::DeviceSource>) -> Self {
+        self.devices = Some(source);
+        self
+    }
+
+    /// The kubelet's devices for the decision about `pod_uid`, read before any lock is taken.
+    /// `None` without a source or when it fails (logged; the decision keeps the devices known
+    /// before, none of them as given to this pod).
+    pub async fn device_facts(
+        &self,
+        pod_uid: &str,
+    ) -> Option<crate::placement::device::DeviceFacts> {
+        let source = self.devices.as_ref()?;
+        match source.facts(pod_uid).await {
+            Ok(facts) => Some(facts),
+            Err(err) => {
+                tracing::warn!(pod = %pod_uid, error = %err, "the kubelet's devices could not be read; deciding with the devices known before");
+                None
+            }
         }
     }
 

@@ -123,8 +123,11 @@ impl Placer {
             debug!(pod = %meta.uid, namespace = %meta.namespace, name = %meta.name, reason, "refused again (nothing changed)");
             return Err(PlacementError::Again { reason, message });
         }
+        // The kubelet's devices, read before the registry is locked (I/O).
+        let devices = self.device_facts(&spec.uid).await;
         let (result, allocations, changed, revision) = {
             let mut registry = self.registry();
+            registry.set_devices(devices);
             let fresh = !registry.pods().contains_key(&spec.uid);
             let before = registry.last_revision();
             let result = registry.admit(spec.clone(), source);
