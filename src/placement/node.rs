@@ -186,6 +186,7 @@ impl Node {
     /// error nothing changes. Admitting an already admitted pod returns its placement.
     pub fn admit(&mut self, pod: &PodSpec) -> Result<PodPlacement, AdmissionError> {
         if self.pods.contains_key(&pod.uid) {
+            self.devices.admitted(pod);
             return self
                 .placement(&pod.uid)
                 .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)));

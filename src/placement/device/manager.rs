@@ -97,6 +97,8 @@ impl DeviceManager {
             }
         }
         self.reuse = None;
+        // What the kubelet gave the refused pod is not about the next pod decided.
+        self.facts.allocated.clear();
     }
 
     /// The admitted pod owns what `facts.allocated` said; those facts are not about the next pod.
