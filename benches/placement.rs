@@ -43,6 +43,7 @@ fn list(cpu_milli: u64, memory: u64) -> ResourceList {
         cpu_milli: Some(cpu_milli),
         memory: Some(memory),
         hugepages: BTreeMap::new(),
+        extended: BTreeMap::new(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! is ever held across a call to the runtime.
 
 pub mod annotations;
+pub mod devices;
 pub mod gauges;
 pub mod hook;
 pub mod placer;
@@ -18,6 +19,7 @@ pub mod runtime;
 pub mod start;
 pub mod store;
 
+pub use devices::{DeviceFuture, DeviceSource, DeviceSourceError};
 pub use hook::PlacementHook;
 pub use placer::{Placer, RegistryGuard};
 pub use placing::{Decided, PlacementError};

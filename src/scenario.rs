@@ -39,6 +39,9 @@ pub struct Scenario {
     pub kubelet: KubeletConfiguration,
     /// `unavailableCPUs`: CPUs held by workloads the node knew before (neither free nor reserved).
     pub unavailable_cpus: CpuSet,
+    /// `devices`: device plugin resource → its devices (with their NUMA nodes), all healthy
+    /// and free when the scenario starts.
+    pub devices: std::collections::BTreeMap<String, Vec<crate::placement::device::Device>>,
     /// What happens, in order: the `pods` list (admissions), then `steps`.
     pub steps: Vec<Step>,
     /// The `expect` block, if any (ignored by `run`; see `expect::check`).
@@ -53,7 +56,7 @@ pub enum Step {
     /// containers); without, only `Start` steps start them.
     Admit {
         at: String,
-        pod: PodSpec,
+        pod: Box<PodSpec>,
         start: bool,
     },
     /// Containers of an admitted pod start, in this order (kubelet `PreStartContainer`).

@@ -48,6 +48,8 @@ type ContainerAnswer struct {
 	MemoryNodes     string  `json:"memoryNodes,omitempty"`
 	Memory          []Block `json:"memory,omitempty"`
 	MemoryIsolation string  `json:"memoryIsolation"`
+	// Devices: GetDevices (PodResources' devices), resource → ids ascending.
+	Devices map[string][]string `json:"devices,omitempty"`
 }
 
 // Block is a Memory Manager block: a size of one memory type on a set of NUMA nodes.
@@ -94,6 +96,7 @@ func (r *caseRun) snapshot(memoryPolicy string) Snapshot {
 					MemoryNodes:     numaList(n.memoryManager.GetMemoryNUMANodes(r.logger, rec.pod, &c).UnsortedList()),
 					Memory:          blocks(n.memoryManager.GetMemory(r.logger, uid, c.Name)),
 					MemoryIsolation: string(n.memoryManager.GetResourceIsolationLevel(rec.pod, &c)),
+					Devices:         containerDevices(n.deviceManager, uid, c.Name),
 				})
 			}
 		}

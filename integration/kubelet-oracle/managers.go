@@ -22,6 +22,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cadvisor"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
@@ -37,15 +38,18 @@ const quiescedReconcilePeriod = 1000 * time.Hour
 // node is one kubelet's resource managers.
 type node struct {
 	topologyManager topologymanager.Manager
+	deviceManager   *devicemanager.ManagerImpl // nil when the case has no devices
+	devices         *deviceStack
 	cpuManager      cpumanager.Manager
 	memoryManager   memorymanager.Manager
 	active          *activePods
 }
 
-// newNode creates the managers in NewContainerManager's order (the device manager, a hint
-// provider without devices here, is left out), adds each as a hint provider, and starts them as
-// containerManagerImpl.Start does. stateDir is the kubelet root dir where they checkpoint.
-func newNode(ctx context.Context, mi *cadvisorapi.MachineInfo, nc *nodeConfig, stateDir string) (*node, error) {
+// newNode creates the managers in NewContainerManager's order (the device manager first, only
+// when the case has devices: without them it has no hints and allocates nothing), adds each as a
+// hint provider, and starts them as containerManagerImpl.Start does. stateDir is the kubelet
+// root dir where they checkpoint.
+func newNode(ctx context.Context, mi *cadvisorapi.MachineInfo, nc *nodeConfig, stateDir string, devices map[string][]CaseDevice) (*node, error) {
 	logger := klog.FromContext(ctx)
 	kc := nc.kc
 	n := &node{active: newActivePods()}
@@ -55,6 +59,13 @@ func newNode(ctx context.Context, mi *cadvisorapi.MachineInfo, nc *nodeConfig, s
 		kc.TopologyManagerPolicy, kc.TopologyManagerScope, nc.topologyManagerPolicyOptions)
 	if err != nil {
 		return nil, err
+	}
+	if len(devices) > 0 {
+		n.deviceManager, err = newDeviceManager(logger, mi, n.topologyManager, stateDir)
+		if err != nil {
+			return nil, err
+		}
+		n.topologyManager.AddHintProvider(logger, n.deviceManager)
 	}
 	n.cpuManager, err = cpumanager.NewManager(logger, kc.CPUManagerPolicy, kc.CPUManagerPolicyOptions,
 		quiescedReconcilePeriod, mi, nc.reservedSystemCPUs, nc.reservation, stateDir, n.topologyManager)
@@ -89,7 +100,20 @@ func newNode(ctx context.Context, mi *cadvisorapi.MachineInfo, nc *nodeConfig, s
 	if err := validateNodeAllocatable(cadvisor.CapacityFromMachineInfo(mi), nc.reservation); err != nil {
 		return nil, err
 	}
+	if n.deviceManager != nil {
+		n.devices, err = startDevices(ctx, n.deviceManager, stateDir, n.active, devices)
+		if err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
+}
+
+// stop ends the device plugins and the device manager's registration server.
+func (n *node) stop(logger klog.Logger) {
+	if n.devices != nil {
+		n.devices.stop(logger)
+	}
 }
 
 // admit is the kubelet's allocation admit handler (cm.GetAllocateResourcesPodAdmitHandler, the
@@ -125,6 +149,9 @@ func (n *node) postStopContainer(logger klog.Logger, containerID string) {
 // pod is no longer active is released through the policies' RemoveContainer. It is reached
 // through GetTopologyHints for a BestEffort probe pod, which no policy gives hints for.
 func (n *node) sweep(logger klog.Logger) {
+	if n.deviceManager != nil {
+		n.deviceManager.UpdateAllocatedDevices(logger)
+	}
 	n.cpuManager.GetTopologyHints(logger, probePod, &probePod.Spec.Containers[0], lifecycle.AddOperation)
 	n.memoryManager.GetTopologyHints(logger, probePod, &probePod.Spec.Containers[0], lifecycle.AddOperation)
 }

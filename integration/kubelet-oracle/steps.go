@@ -23,7 +23,9 @@ type Case struct {
 	ID       string          `json:"id"`
 	Topology json.RawMessage `json:"topology"`
 	Kubelet  json.RawMessage `json:"kubelet"`
-	Steps    []Step          `json:"steps"`
+	// Devices: device plugin resource name → its devices, each advertised by a stub plugin.
+	Devices map[string][]CaseDevice `json:"devices,omitempty"`
+	Steps   []Step                  `json:"steps"`
 }
 
 // Step is one of admit (with an optional "start": false), start or remove.
@@ -100,10 +102,11 @@ func runCase(ctx context.Context, c *Case, stateRoot string) (ans Answer) {
 		return Answer{ID: c.ID, Error: err.Error()}
 	}
 	defer os.RemoveAll(dir)
-	n, err := newNode(ctx, mi, nc, dir)
+	n, err := newNode(ctx, mi, nc, dir, c.Devices)
 	if err != nil {
 		return Answer{ID: c.ID, ConfigError: err.Error()}
 	}
+	defer n.stop(logger)
 
 	r := &caseRun{ctx: ctx, logger: logger, node: n}
 	for i, step := range c.Steps {
@@ -189,6 +192,11 @@ func (r *caseRun) start(rec *podRecord, names []string) error {
 		c := container(rec.pod, name)
 		if c == nil {
 			return fmt.Errorf("pod %s has no container %q", rec.key, name)
+		}
+		if err := startDevicesOf(r.ctx, r.node.deviceManager, rec.pod, c); err != nil {
+			// The kubelet cannot make the container's run options: it is not created.
+			fmt.Fprintf(os.Stderr, "kubelet-oracle: pod %s container %s not started: %v\n", rec.key, name, err)
+			continue
 		}
 		rec.starts++
 		id := fmt.Sprintf("%s-%d-%s", rec.pod.UID, rec.starts, name)

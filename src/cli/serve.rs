@@ -211,7 +211,7 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
     });
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::new();
-    let options = placement_options(&settings)?;
+    let mut options = placement_options(&settings)?;
     let slot: Arc<OnceLock<Arc<Placer>>> = Arc::new(OnceLock::new());
     // `/placement` shows the kubelet's devices from the socket PodResources merges them from.
     let kubelet = settings.pod_resources.as_ref().and_then(|o| {
@@ -221,6 +221,10 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
             o.kubelet_timeout,
         )))
     });
+    // Decisions take the kubelet's devices from the same socket (docs/devices.md).
+    if let (Some(options), Some(kubelet)) = (options.as_mut(), &kubelet) {
+        options.devices = Some(kubelet.clone());
+    }
     let env = MetricsEnv {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
@@ -341,6 +345,7 @@ pub fn placement_options(
         reports: settings.reports.clone(),
         pool,
         runtime_wait: None,
+        devices: None,
     }))
 }
 

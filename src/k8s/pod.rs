@@ -100,6 +100,8 @@ pub enum PodError {
     },
     #[error("{field}: Limit must be set for non overcommitable resources")]
     LimitRequired { field: String },
+    #[error("{field}: must be an integer")]
+    NotInteger { field: String },
     #[error("{field}: HugePages require cpu or memory")]
     HugepagesAlone { field: String },
     #[error("{field}: must be greater than or equal to aggregate container limits of {aggregate}")]
@@ -237,8 +239,14 @@ pub fn hugepage_size(resource: &str) -> Option<u64> {
     u64::try_from(q.value()).ok().filter(|&v| v > 0)
 }
 
-/// Resource list of the manifest → `placement::ResourceList` (cpu in millicores, bytes otherwise).
-/// Resources placement does not manage (ephemeral-storage, extended resources) are dropped.
+/// `IsExtendedResourceName`: a domain-qualified name outside `kubernetes.io/` (and not a quota
+/// `requests.` name), e.g. `example.com/gpu`, `nvidia.com/gpu`.
+pub fn is_extended(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// Resource list of the manifest → `placement::ResourceList` (cpu in millicores, bytes otherwise,
+/// extended resources as counts). Others (ephemeral-storage) are dropped.
 fn to_resource_list(
     map: &BTreeMap<String, Quantity>,
     field: &str,
@@ -260,6 +268,10 @@ fn to_resource_list(
                     name: n.to_string(),
                 })?;
                 out.hugepages.insert(size, unsigned(name, q.value(), q)?);
+            }
+            n if is_extended(n) => {
+                out.extended
+                    .insert(n.to_string(), unsigned(name, q.value(), q)?);
             }
             _ => {}
         }

@@ -47,6 +47,8 @@ pub struct Placer {
     /// panic on purpose).
     #[cfg(any(test, feature = "testing"))]
     decision_hook: HookSlot,
+    /// What the kubelet's device manager holds (`None`: decisions without devices).
+    devices: Option<Arc<dyn super::devices::DeviceSource>>,
 }
 
 /// Where the test-only decision hook is kept.
@@ -99,6 +101,7 @@ impl Placer {
             state_behind: Notify::new(),
             metrics,
             reporter: None,
+            devices: None,
             refusals: Mutex::new(Refusals::default()),
             deciding: Arc::new(Semaphore::new(1)),
             #[cfg(any(test, feature = "testing"))]
@@ -234,6 +237,29 @@ impl Placer {
             #[cfg(any(test, feature = "testing"))]
             if let Some(hook) = &hook {
                 hook(_what);
+            }
+        }
+    }
+
+    /// Asks `source` for the kubelet's devices before each admission.
+    pub fn with_devices(mut self, source: Arc<dyn super::devices::DeviceSource>) -> Self {
+        self.devices = Some(source);
+        self
+    }
+
+    /// The kubelet's devices for the decision about `pod_uid`, read before any lock is taken.
+    /// `None` without a source or when it fails (logged; the decision keeps the devices known
+    /// before, none of them as given to this pod).
+    pub async fn device_facts(
+        &self,
+        pod: &crate::placement::PodSpec,
+    ) -> Option<crate::placement::device::DeviceFacts> {
+        let source = self.devices.as_ref()?;
+        match source.facts(pod).await {
+            Ok(facts) => Some(facts),
+            Err(err) => {
+                tracing::debug!(pod = %pod.uid, error = %err, "the kubelet's devices could not be read; deciding with the devices known before");
+                None
             }
         }
     }

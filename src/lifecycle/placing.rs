@@ -126,9 +126,12 @@ impl Placer {
             debug!(pod = %meta.uid, namespace = %meta.namespace, name = %meta.name, reason, "refused again (nothing changed)");
             return Err(PlacementError::Again { reason, message });
         }
+        // The kubelet's devices, read before the registry is locked (I/O).
+        let devices = self.device_facts(&spec).await;
         let (result, allocations, changed, revision) = {
             let (spec, uid) = (spec.clone(), spec.uid.clone());
             self.decide("RunPodSandbox", move |registry| {
+                registry.set_devices(devices.clone());
                 let fresh = !registry.pods().contains_key(&uid);
                 let before = registry.last_revision();
                 let result = registry.admit(spec.clone(), source);

@@ -171,6 +171,16 @@ impl Registry {
         &self.containers
     }
 
+    /// What the kubelet's device manager holds, for the next admission (`None`: it could not be
+    /// read; the devices known before stay, none of them as given to the next pod).
+    pub fn set_devices(&mut self, facts: Option<crate::placement::device::DeviceFacts>) {
+        let facts = facts.unwrap_or_else(|| crate::placement::device::DeviceFacts {
+            allocated: Default::default(),
+            ..self.node.device_manager().facts().clone()
+        });
+        self.node.set_devices(facts);
+    }
+
     /// Reserves resources for a pod (RunPodSandbox, before forwarding). A pod already admitted
     /// (a sandbox re-created for the same UID) keeps what it has: never re-admitted or moved.
     pub fn admit(&mut self, spec: PodSpec, source: Source) -> Result<(), AdmissionError> {

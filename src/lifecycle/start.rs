@@ -62,6 +62,8 @@ pub struct Options {
     pub pool: PoolSettings,
     /// How long to wait for the runtime to answer recovery; `None` waits as long as it takes.
     pub runtime_wait: Option<Duration>,
+    /// Where decisions read the kubelet's devices (`None`: decisions without devices).
+    pub devices: Option<Arc<dyn super::devices::DeviceSource>>,
 }
 
 /// Why placement could not start.
@@ -183,6 +185,9 @@ pub async fn start(
         Knowledge::Watched(sources)
     };
     let mut placer = Placer::new(registry, store, knowledge, metrics.clone());
+    if let Some(devices) = options.devices.clone() {
+        placer = placer.with_devices(devices);
+    }
     if let Some(reports) = &options.reports {
         let connection = reports.api.connection()?;
         info!(server = connection.server(), node = %reports.api.node_name, mode = ?reports.mode, "refused pods reported to the api server");

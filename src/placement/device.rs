@@ -3,6 +3,18 @@
 //! Filled by the shell from the kubelet's PodResources API; the hint provider that uses them
 //! follows the kubelet's device manager (`devicemanager.GetTopologyHints`).
 
+//!
+//! The provider (`DeviceManager`, a [`crate::placement::HintProvider`]) lives in `manager`; how
+//! many devices a container or pod asks for in `requests`; hint generation in `hints`; which
+//! devices a container gets once the hint is chosen in `alloc`.
+
+pub mod alloc;
+pub mod hints;
+mod manager;
+pub mod requests;
+
+pub use manager::{DeviceManager, Ledger, ResourceIds};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One device of a device plugin resource (`example.com/gpu`).
@@ -24,3 +36,6 @@ pub struct DeviceFacts {
     /// Device ids held by other pods, per resource (PodResources `List`).
     pub in_use: BTreeMap<String, BTreeSet<String>>,
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,8 @@
 //! `Node`: one machine's resource managers driven the kubelet's way. Owns the topology, the
-//! config, the CPU Manager, the Memory Manager and the Topology Manager; admits pods atomically
-//! (scope, policy, providers in kubelet order: CPU then memory) and answers placement queries.
+//! config, the device manager, the CPU Manager, the Memory Manager and the Topology Manager;
+//! admits pods atomically (scope, policy, providers in kubelet order: devices, CPU, memory) and
+//! answers placement queries. What the kubelet's device manager holds comes in per decision
+//! ([`Node::set_devices`]).
 //!
 //! It never does I/O and never talks CRI: the shell asks it and carries the answers out.
 
@@ -18,6 +20,7 @@ pub use resize::ResizeError;
 use self::cpus::CpuBackend;
 use super::config::{Config, TopologyPolicy, TopologyScope};
 use super::cpu::{CpuError, CpuState, CpuUndo};
+use super::device::{DeviceFacts, DeviceManager, Ledger};
 use super::error::RefusingScope;
 use super::memory::{Block, MemoryError, MemoryManager, MemoryState, MemoryUndo};
 use super::qos::IsolationLevel;
@@ -95,6 +98,9 @@ pub struct NodeSnapshot {
     cpu: CpuState,
     memory: MemoryState,
     pods: BTreeMap<String, AdmittedPod>,
+    /// Devices held per pod and container.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    devices: Ledger,
 }
 
 /// How [`Node::admit`] puts the managers back when an admission fails.
@@ -110,6 +116,7 @@ enum Rollback {
 pub struct Node {
     topology: Topology,
     config: Config,
+    devices: DeviceManager,
     cpu: CpuBackend,
     memory: MemoryManager,
     topology_manager: TopologyManager,
@@ -123,9 +130,11 @@ impl Node {
             TopologyManager::new(&topology, config.topology_policy, config.topology_options)?;
         let cpu = CpuBackend::new(&topology, &config)?;
         let memory = MemoryManager::new(&topology, &config)?;
+        let devices = DeviceManager::new(topology_manager.numa_nodes().to_vec());
         Ok(Self {
             topology,
             config,
+            devices,
             cpu,
             memory,
             topology_manager,
@@ -157,10 +166,32 @@ impl Node {
         &self.memory
     }
 
+    /// What the kubelet's device manager holds now (allocatable devices, devices of other
+    /// pods), and the devices it already gave to the containers of the pod decided next.
+    /// Kept until replaced; `allocated` passes to the next pod admitted.
+    pub fn set_devices(&mut self, facts: DeviceFacts) {
+        self.devices.set_facts(facts);
+    }
+
+    pub fn device_manager(&self) -> &DeviceManager {
+        &self.devices
+    }
+
+    /// [`Node::set_devices`] then [`Node::admit`].
+    pub fn admit_with_devices(
+        &mut self,
+        pod: &PodSpec,
+        facts: DeviceFacts,
+    ) -> Result<PodPlacement, AdmissionError> {
+        self.set_devices(facts);
+        self.admit(pod)
+    }
+
     /// kubelet admission for the pod, including allocation for every container; atomic: on
     /// error nothing changes. Admitting an already admitted pod returns its placement.
     pub fn admit(&mut self, pod: &PodSpec) -> Result<PodPlacement, AdmissionError> {
         if self.pods.contains_key(&pod.uid) {
+            self.devices.admitted(pod);
             return self
                 .placement(&pod.uid)
                 .ok_or_else(|| AdmissionError::Unexpected(format!("pod {} lost", pod.uid)));
@@ -173,8 +204,10 @@ impl Node {
         } else {
             Rollback::Undo(self.cpu.undo_point(), self.memory.undo_point())
         };
+        let devices_before = self.devices.pod_record(&pod.uid);
         match self.admit_inner(pod) {
             Ok(hints) => {
+                self.devices.admitted(pod);
                 let live = containers(pod).map(|c| c.name.clone()).collect();
                 let record = AdmittedPod {
                     spec: pod.clone(),
@@ -196,6 +229,7 @@ impl Node {
                         self.memory.undo_pod(&pod.uid, memory);
                     }
                 }
+                self.devices.put_back(&pod.uid, devices_before);
                 tracing::debug!(pod = %pod.uid, reason = e.reason(), "rejected");
                 Err(e)
             }
@@ -221,6 +255,7 @@ impl Node {
             TopologyScope::Container => {
                 for c in containers(pod) {
                     let hints = [
+                        self.devices.container_hints(pod, c),
                         self.cpu.container_hints(pod, c),
                         self.memory.container_hints(pod, c),
                     ];
@@ -233,7 +268,11 @@ impl Node {
                 }
             }
             TopologyScope::Pod => {
-                let hints = [self.cpu.pod_hints(pod), self.memory.pod_hints(pod)];
+                let hints = [
+                    self.devices.pod_hints(pod),
+                    self.cpu.pod_hints(pod),
+                    self.memory.pod_hints(pod),
+                ];
                 let (hint, admit) = self.topology_manager.merge(&hints);
                 if !admit {
                     return Err(self.affinity_error(pod, RefusingScope::Pod));
@@ -242,6 +281,9 @@ impl Node {
                     stored.insert(c.name.clone(), hint.into());
                 }
                 if super::qos::pod_level_managed(pod, &self.config.gates) {
+                    // The device manager's AllocatePod does nothing: the kubelet gives these
+                    // pods their devices when each container starts (`start_container`).
+                    self.devices.allocate_pod(pod, &hint)?;
                     self.cpu.allocate_pod(pod, &hint)?;
                     self.memory.allocate_pod(pod, &hint)?;
                 } else {
@@ -272,6 +314,7 @@ impl Node {
         c: &ContainerSpec,
         hint: &TopologyHint,
     ) -> Result<(), AdmissionError> {
+        self.devices.allocate(pod, c, hint)?;
         self.cpu.allocate(pod, c, hint)?;
         self.memory.allocate(pod, c, hint)
     }
@@ -286,6 +329,21 @@ impl Node {
         };
         if !record.live.contains(name) {
             return false;
+        }
+        // The kubelet's GetDeviceRunContainerOptions: a container without its devices yet (a
+        // pod-level pod under the pod scope) gets them now, with the pod's hint.
+        if let Some(c) = containers(&record.spec).find(|c| c.name == name) {
+            if self.devices.needs_allocation(&record.spec, c) {
+                let hint = record
+                    .hints
+                    .get(name)
+                    .copied()
+                    .map_or(NO_HINT, TopologyHint::from);
+                if let Err(e) = self.devices.allocate(&record.spec, c, &hint) {
+                    tracing::debug!(pod = %pod_uid, container = %name, error = %e, "devices not allocated at start");
+                    return false;
+                }
+            }
         }
         if !record.started.iter().any(|s| s == name) {
             record.started.push(name.to_string());
@@ -316,6 +374,7 @@ impl Node {
         if record.live.is_empty() {
             self.pods.remove(pod_uid);
             self.memory.remove_pod(pod_uid);
+            self.devices.remove_pod(pod_uid);
         }
         tracing::debug!(pod = %pod_uid, container = %name, "removed");
     }
@@ -344,6 +403,7 @@ impl Node {
         if self.pods.get(pod_uid).is_some_and(|r| r.live.is_empty()) {
             self.pods.remove(pod_uid);
             self.memory.remove_pod(pod_uid);
+            self.devices.remove_pod(pod_uid);
         }
     }
 
@@ -438,6 +498,7 @@ impl Node {
             cpu: self.cpu.state(),
             memory: self.memory.state().clone(),
             pods: self.pods.clone(),
+            devices: self.devices.ledger().clone(),
         }
     }
 
@@ -453,9 +514,16 @@ impl Node {
         self.cpu = cpu;
         self.memory = memory;
         self.pods = snapshot.pods;
+        self.devices.restore(snapshot.devices);
         Ok(())
     }
 }
+
+/// No NUMA preference (policy none, or a container without a stored hint).
+const NO_HINT: TopologyHint = TopologyHint {
+    affinity: None,
+    preferred: false,
+};
 
 /// Init containers (regular and sidecar) in spec order, then app containers: kubelet's order.
 fn containers(pod: &PodSpec) -> impl Iterator<Item = &ContainerSpec> {

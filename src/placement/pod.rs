@@ -11,6 +11,10 @@ pub struct ResourceList {
     pub memory: Option<u64>,
     /// Hugepage size in bytes → bytes requested (`hugepages-2Mi: 4Mi` → {2097152: 4194304}).
     pub hugepages: BTreeMap<u64, u64>,
+    /// Extended resources (`example.com/gpu: 2`) by name → count. Device plugin resources among
+    /// them are what the device manager hands out; the others are ignored by placement.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended: BTreeMap<String, u64>,
 }
 
 /// Requests and limits.

@@ -74,6 +74,11 @@ impl TopologyManager {
         })
     }
 
+    /// The machine's NUMA node ids, ascending (cAdvisor's nodes).
+    pub fn numa_nodes(&self) -> &[u32] {
+        &self.info.nodes
+    }
+
     /// kubelet `Policy.Merge`: the best hint and whether the pod may be admitted with it.
     pub fn merge(&self, providers: &[ResourceHints]) -> (TopologyHint, bool) {
         let filtered = filter_providers_hints(providers);

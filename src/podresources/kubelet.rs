@@ -264,3 +264,23 @@ pub fn merge_allocatable(
 ) {
     ours.devices.clone_from(&theirs.devices);
 }
+
+/// Decisions read the kubelet's devices here (`lifecycle::DeviceSource`); a kubelet that does
+/// not answer was logged by [`KubeletSource::device_facts`] already.
+impl crate::lifecycle::DeviceSource for KubeletSource {
+    fn facts<'a>(
+        &'a self,
+        pod: &'a crate::placement::PodSpec,
+    ) -> crate::lifecycle::DeviceFuture<'a> {
+        Box::pin(async move {
+            self.device_facts(&pod.namespace, &pod.name)
+                .await
+                .ok_or_else(|| {
+                    crate::lifecycle::DeviceSourceError(format!(
+                        "kubelet pod-resources at {} did not answer",
+                        self.path.display()
+                    ))
+                })
+        })
+    }
+}

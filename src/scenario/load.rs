@@ -23,12 +23,24 @@ struct RawScenario {
     kubelet: serde_json::Value,
     #[serde(default, rename = "unavailableCPUs")]
     unavailable_cpus: Option<String>,
+    /// Device plugin resources → their devices (kubelet-oracle's `devices`).
+    #[serde(default)]
+    devices: BTreeMap<String, Vec<RawDevice>>,
     #[serde(default)]
     pods: Vec<StrOr<Box<Pod>>>,
     #[serde(default)]
     steps: Vec<RawStep>,
     #[serde(default)]
     expect: Option<serde_json::Value>,
+}
+
+/// One device of a device plugin resource: its id and the NUMA nodes of its topology.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevice {
+    id: String,
+    #[serde(default)]
+    numa: Vec<u32>,
 }
 
 struct Loader<'a> {
@@ -107,6 +119,20 @@ pub(super) fn from_str(
         topology,
         kubelet,
         unavailable_cpus,
+        devices: raw
+            .devices
+            .into_iter()
+            .map(|(res, devs)| {
+                let devs = devs
+                    .into_iter()
+                    .map(|d| crate::placement::device::Device {
+                        id: d.id,
+                        numa_nodes: d.numa,
+                    })
+                    .collect();
+                (res, devs)
+            })
+            .collect(),
         steps,
         expect: raw.expect,
     })
@@ -278,7 +304,7 @@ impl Loader<'_> {
             .map(|(at, pod)| match pod.to_pod_spec() {
                 Ok(spec) => Ok(Step::Admit {
                     at,
-                    pod: spec,
+                    pod: Box::new(spec),
                     start,
                 }),
                 Err(source) => {

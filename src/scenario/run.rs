@@ -47,6 +47,12 @@ impl<'s> Run<'s> {
             source: Box::new(source),
         };
         let mut node = Node::new(scenario.topology.clone(), resolved.config).map_err(node_err)?;
+        if !scenario.devices.is_empty() {
+            node.set_devices(crate::placement::device::DeviceFacts {
+                allocatable: scenario.devices.clone(),
+                ..Default::default()
+            });
+        }
         if !scenario.unavailable_cpus.is_empty() {
             node.mark_unavailable(&scenario.unavailable_cpus)
                 .map_err(node_err)?;

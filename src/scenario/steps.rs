@@ -73,6 +73,9 @@ pub struct ContainerState {
     pub memory_nodes: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory: Vec<BlockState>,
+    /// Device plugin devices held: resource → ids ascending (PodResources' devices).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub devices: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// A memory block: `size` bytes of `type` on the `numa` nodes.
@@ -195,6 +198,7 @@ fn admitted(p: &mut PodState, node: &Node, pod: &PodSpec, stopped: &Stopped) {
                 .memory_nodes
                 .map(|m| m.ids().collect::<CpuSet>().to_list()),
             memory: blocks(&c.memory),
+            devices: c.devices.clone(),
         })
         .collect();
 }

@@ -1,6 +1,6 @@
 //! Comparing numa-shim's answer with the oracle's, step by step and field by field: admission,
 //! reason and message (word for word), API refusals, every container's CPUs, isolation, memory
-//! NUMA nodes and blocks, the pod's CPUs and memory, the node's shared CPUs and memory state.
+//! NUMA nodes and blocks, device plugin devices, the pod's CPUs and memory, the node's shared CPUs and memory state.
 //!
 //! One class of difference is numa-shim's on purpose (docs/fidelity.md): on machines whose cores
 //! (or sockets) differ in size, kubelet 1.37.2's free-core test compares a core's free CPUs with
@@ -277,6 +277,11 @@ fn container_difference(
         ("isolation", a.isolation.clone(), b.isolation.clone()),
         ("memoryNodes", nodes(a), nodes(b)),
         ("memory", blocks(&a.memory), blocks(&b.memory)),
+        (
+            "devices",
+            format!("{:?}", a.devices),
+            format!("{:?}", b.devices),
+        ),
     ]
     .into_iter()
     .find_map(|(field, x, y)| differ(Some(i), format!("{at}.{field}"), x, y))

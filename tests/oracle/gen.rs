@@ -4,6 +4,7 @@
 //! Cases are in kubelet-oracle's format (integration/kubelet-oracle/PROTOCOL.md), which
 //! `numa-shim simulate` reads as a scenario.
 
+pub mod devices;
 mod kubelet;
 mod pods;
 
@@ -91,13 +92,15 @@ impl Generator {
         let gen = PodGen { facts: &facts };
         let id = format!("seed-{seed}/{index}");
         let steps = steps(&mut rng, &gen, index, &mut f);
+        let mut json = json!({
+            "id": id,
+            "topology": machine.to_json(),
+            "kubelet": kubelet,
+            "steps": steps,
+        });
+        devices::add(&mut rng, &mut json, &machine, &mut f);
         Case {
-            json: json!({
-                "id": id,
-                "topology": machine.to_json(),
-                "kubelet": kubelet,
-                "steps": steps,
-            }),
+            json,
             id,
             machine,
             features: f,
@@ -226,10 +229,22 @@ mod tests {
     }
 
     /// The hint lists the Topology Manager crosses for one pod: CPUs and memory, and one per
-    /// hugepage size the pod asks for anywhere (its containers, init containers, pod level).
-    fn hinted_resources(pod: &Value) -> u32 {
-        let text = pod.to_string();
-        2 + u32::from(text.contains("hugepages-2Mi")) + u32::from(text.contains("hugepages-1Gi"))
+    /// hugepage size the pod asks for anywhere (its containers, init containers, pod level),
+    /// and the devices' (at most 2^4 - 1 hints: devices are on 2 to 4 nodes).
+    fn hinted_resources(case: &Case, pod: &Value) -> (u32, u64) {
+        let nodes: BTreeSet<u64> = case.json["devices"][devices::GPU]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|d| d["numa"].as_array().into_iter().flatten())
+            .filter_map(Value::as_u64)
+            .collect();
+        let devices = if pod.to_string().contains(devices::GPU) {
+            (1u64 << nodes.len().max(1)) - 1
+        } else {
+            1
+        };
+        (devices::hinted_resources(pod), devices)
     }
 
     /// The kubelet's merge walks (2^nodes - 1)^resources permutations per admission: the
@@ -250,9 +265,9 @@ mod tests {
                 let Some(pod) = step.get("admit") else {
                     continue;
                 };
-                let k = hinted_resources(pod);
+                let (k, devices) = hinted_resources(&case, pod);
                 assert!(
-                    masks.pow(k) <= MAX_PERMUTATIONS,
+                    masks.pow(k) * devices <= MAX_PERMUTATIONS,
                     "{} ({}): {k} hinted resources on {} NUMA nodes: {} permutations",
                     case.id,
                     case.machine.name,
@@ -286,6 +301,9 @@ mod tests {
             "mixed-cores",
             "option=full-pcpus-only",
             "option=prefer-closest-numa-nodes",
+            "devices",
+            "devices=requested",
+            "devices=no-topology",
         ] {
             assert!(all.contains(want), "no case has {want}: {all:?}");
         }

@@ -299,6 +299,9 @@ fn validate_res(r: &Res, field: &str) -> Result<(), PodError> {
                     value: v,
                 });
             }
+            if super::is_extended(k) && !v.is_integral() {
+                return Err(PodError::NotInteger { field: at });
+            }
             if is_hugepages(k) && hugepage_size(k).is_none() {
                 return Err(PodError::HugepageName {
                     field: at,
@@ -358,9 +361,9 @@ fn is_pod_level(name: &str) -> bool {
     matches!(name, "cpu" | "memory") || is_hugepages(name)
 }
 
-/// `IsOvercommitAllowed` restricted to pod-level resources: everything but hugepages.
+/// `IsOvercommitAllowed`: native resources but hugepages (extended resources are not).
 fn is_overcommittable(name: &str) -> bool {
-    !is_hugepages(name)
+    !is_hugepages(name) && !super::is_extended(name)
 }
 
 fn add(into: &mut ResourceMap, other: &ResourceMap) {

@@ -317,3 +317,45 @@ fn the_api_servers_resource_rules_refuse_the_pod() {
         );
     }
 }
+
+#[test]
+fn extended_resources_are_counts_and_must_equal_their_limits() {
+    let p = spec(
+        r#"
+metadata: {name: gpu}
+spec:
+  containers:
+  - name: app
+    resources:
+      limits: {cpu: "2", memory: "1Gi", example.com/gpu: "2", ephemeral-storage: 1Gi}
+"#,
+    );
+    let r = &p.containers[0].resources;
+    assert_eq!(r.limits.extended["example.com/gpu"], 2);
+    assert_eq!(r.requests.extended["example.com/gpu"], 2);
+    assert_eq!(r.limits.extended.len(), 1);
+    // The QoS class ignores them: still Guaranteed by cpu and memory.
+    assert_eq!(
+        placement::qos::pod_qos(&p, &placement::config::FeatureGates::default()),
+        placement::qos::PodQos::Guaranteed
+    );
+    let e = err(r#"
+metadata: {name: gpu}
+spec:
+  containers:
+  - name: app
+    resources:
+      requests: {example.com/gpu: "1"}
+      limits: {example.com/gpu: "2"}
+"#);
+    assert!(e.contains("must be equal to example.com/gpu limit"), "{e}");
+    let e = err(r#"
+metadata: {name: gpu}
+spec:
+  containers:
+  - name: app
+    resources:
+      limits: {example.com/gpu: 500m}
+"#);
+    assert!(e.contains("must be an integer"), "{e}");
+}

@@ -60,6 +60,7 @@ pub(super) fn gu(name: &str, role: ContainerRole, cpu_milli: u64, mem: u64) -> C
         cpu_milli: Some(cpu_milli),
         memory: Some(mem),
         hugepages: BTreeMap::new(),
+        extended: BTreeMap::new(),
     };
     ContainerSpec {
         name: name.into(),
@@ -94,6 +95,7 @@ pub(super) fn pod(
                 cpu_milli: Some(cpu),
                 memory: Some(mem),
                 hugepages: BTreeMap::new(),
+                extended: BTreeMap::new(),
             };
             Resources {
                 requests: l.clone(),

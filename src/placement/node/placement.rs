@@ -54,6 +54,9 @@ pub struct ContainerPlacement {
     pub memory_nodes: Option<NumaMask>,
     /// Memory blocks (PodResources `GetMemory`).
     pub memory: Vec<Block>,
+    /// Device plugin devices held: resource → ids ascending.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub devices: std::collections::BTreeMap<String, Vec<String>>,
     /// The Topology Manager's hint for the container (None with policy none). Not serialized.
     #[serde(skip)]
     pub hint: Option<TopologyHint>,
@@ -111,6 +114,7 @@ pub(super) fn container_placement(
             .container_blocks(&pod.uid, &c.name)
             .map(<[Block]>::to_vec)
             .unwrap_or_default(),
+        devices: node.devices.container_devices(&pod.uid, &c.name),
         hint,
     }
 }

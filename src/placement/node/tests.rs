@@ -60,6 +60,7 @@ pub(super) fn list(cpu_milli: u64, mem: u64) -> ResourceList {
         cpu_milli: Some(cpu_milli),
         memory: Some(mem),
         hugepages: BTreeMap::new(),
+        extended: BTreeMap::new(),
     }
 }
 

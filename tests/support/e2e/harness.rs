@@ -138,6 +138,7 @@ impl Shim {
                 ..Default::default()
             },
             runtime_wait: Some(Duration::from_secs(5)),
+            devices: None,
         };
         let started = lifecycle::start(options, runtime.path.clone(), Arc::new(Metrics::new()))
             .await

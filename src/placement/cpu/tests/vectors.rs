@@ -115,6 +115,7 @@ fn list(q: &Quantities) -> ResourceList {
         cpu_milli: q.get("cpu").map(|v| quantity(v).milli_value() as u64),
         memory: q.get("memory").map(|v| quantity(v).value() as u64),
         hugepages: BTreeMap::new(),
+        extended: BTreeMap::new(),
     }
 }
 

@@ -139,6 +139,7 @@ fn cpuset_mems_is_a_plain_sorted_list() {
         cpu_quota: CpuQuota::Keep,
         memory_nodes: Some(NumaMask::from_ids([3, 0, 1])),
         memory: vec![],
+        devices: Default::default(),
         hint: None,
     };
     assert_eq!(c.cpuset_mems().as_deref(), Some("0,1,3"));
