@@ -38,7 +38,9 @@ fn providers(lists: Vec<Option<Vec<TopologyHint>>>) -> Vec<ResourceHints> {
 }
 
 fn merge(n: u32, policy: TopologyPolicy, lists: Vec<Vec<TopologyHint>>) -> (TopologyHint, bool) {
-    tm(n, policy).merge(&providers(lists.into_iter().map(Some).collect()))
+    tm(n, policy)
+        .merge(&providers(lists.into_iter().map(Some).collect()))
+        .unwrap()
 }
 
 #[test]
@@ -70,12 +72,14 @@ fn m2_less_narrow_preferred_beats_narrower_non_preferred() {
 #[test]
 fn m3_no_providers_gives_all_preferred() {
     assert_eq!(
-        tm(2, TopologyPolicy::BestEffort).merge(&[]).0,
+        tm(2, TopologyPolicy::BestEffort).merge(&[]).unwrap().0,
         h(&[0, 1], true)
     );
     // A provider with an empty map counts as "no preference" too.
     assert_eq!(
-        tm(2, TopologyPolicy::Restricted).merge(&[ResourceHints::new()]),
+        tm(2, TopologyPolicy::Restricted)
+            .merge(&[ResourceHints::new()])
+            .unwrap(),
         (h(&[0, 1], true), true)
     );
 }
@@ -186,7 +190,7 @@ fn single_numa_node_filters_multi_node_hints() {
     );
     assert_eq!(got, (h(&[0], true), true));
     // No preference at all: all nodes preferred → nil affinity, admitted.
-    let got = tm(2, TopologyPolicy::SingleNumaNode).merge(&[]);
+    let got = tm(2, TopologyPolicy::SingleNumaNode).merge(&[]).unwrap();
     assert_eq!(
         got,
         (
@@ -239,6 +243,7 @@ fn prefer_closest_picks_smaller_distance_among_same_size() {
     assert_eq!(
         plain
             .merge(&providers(lists.clone().into_iter().map(Some).collect()))
+            .unwrap()
             .0,
         h(&[0, 2], true)
     );
@@ -250,6 +255,7 @@ fn prefer_closest_picks_smaller_distance_among_same_size() {
     assert_eq!(
         closest
             .merge(&providers(lists.into_iter().map(Some).collect()))
+            .unwrap()
             .0,
         h(&[1, 3], true)
     );
