@@ -223,6 +223,9 @@ impl Node {
                         .topology_manager
                         .merge_sets(&hints)
                         .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
+                    #[cfg(test)]
+                    self.topology_manager
+                        .assert_reference(&hints, (hint, admit));
                     if !admit {
                         return Err(self.affinity_error(pod, RefusingScope::Container));
                     }
@@ -239,6 +242,9 @@ impl Node {
                     .topology_manager
                     .merge_sets(&hints)
                     .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
+                #[cfg(test)]
+                self.topology_manager
+                    .assert_reference(&hints, (hint, admit));
                 if !admit {
                     return Err(self.affinity_error(pod, RefusingScope::Pod));
                 }

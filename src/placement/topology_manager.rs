@@ -224,6 +224,18 @@ impl TopologyManager {
         }
     }
 
+    /// Tests: on machines small enough to enumerate, the search's answer is the reference's.
+    #[cfg(test)]
+    pub fn assert_reference(&self, providers: &[HintSets], got: (TopologyHint, bool)) {
+        if self.info.nodes.len() <= 8 {
+            assert_eq!(
+                got,
+                self.merge_reference(providers),
+                "search vs enumeration"
+            );
+        }
+    }
+
     fn search_nodes(&self) -> Vec<u32> {
         let mut nodes: Vec<u32> = self
             .info
@@ -355,5 +367,7 @@ fn single_numa(set: &HintSet) -> HintSet {
     }
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

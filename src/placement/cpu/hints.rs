@@ -179,7 +179,7 @@ impl CpuManager {
             amounts: vec![free],
             need: vec![(request as u64).saturating_sub(reusable.len() as u64)],
         });
-        HintFamily {
+        let family = HintFamily {
             nodes,
             up,
             listed: Vec::new(),
@@ -189,7 +189,16 @@ impl CpuManager {
                 .align_by_socket
                 .then(|| self.socket_rule(min_size))
                 .flatten(),
+        };
+        #[cfg(test)]
+        if family.nodes.len() <= 8 {
+            assert_eq!(
+                family.members(),
+                self.generate_hints_reference(available, reusable, request),
+                "CPU hint family vs enumeration"
+            );
         }
+        family
     }
 
     /// `isHintSocketAligned` as a rule: aligned iff the mask spans `ceil(min_size / nodes per

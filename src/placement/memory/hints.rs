@@ -273,7 +273,31 @@ pub(super) fn calculate_sets(
     reqs: &Requests,
     budget: &Budget,
 ) -> Result<HintSets, Exhausted> {
-    let Some(family) = calculate_family(machine, reuse, pod_uid, reqs, budget)? else {
+    let family = calculate_family(machine, reuse, pod_uid, reqs, budget)?;
+    #[cfg(test)]
+    if machine.len() <= 8 {
+        let want = calculate_lists(machine, reuse, pod_uid, reqs);
+        let got: BTreeMap<String, Vec<TopologyHint>> = family
+            .iter()
+            .flat_map(|f| reqs.keys().map(|k| (k.clone(), f.members())))
+            .collect();
+        assert_eq!(got, want, "memory hint family vs enumeration");
+        if let Some(f) = &family {
+            let list = &want[want.keys().next().expect("a resource")];
+            for within in [NumaMask::default(), NumaMask(1), NumaMask(0b110)] {
+                let inside: Vec<TopologyHint> = list
+                    .iter()
+                    .filter(|h| h.affinity.is_some_and(|m| m.and(within) == within))
+                    .copied()
+                    .collect();
+                let got = crate::placement::topology_manager::TopologyManager::best_member(
+                    f, within, budget,
+                )?;
+                assert_eq!(got, find_best(&inside), "memory best hint vs enumeration");
+            }
+        }
+    }
+    let Some(family) = family else {
         return Ok(HintSets::new());
     };
     Ok(reqs
