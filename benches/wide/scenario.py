@@ -51,7 +51,7 @@ scenario = {
         "cpuManagerPolicy": "static",
         "reservedSystemCPUs": "0",
         "memoryManagerPolicy": "Static",
-        "reservedMemory": [{"numaNode": i, "limits": {"memory": "1Gi"}} for i in range(nodes)],
+        "reservedMemory": [{"numaNode": 0, "limits": {"memory": "100Mi"}}],
         "topologyManagerPolicy": policy,
         "topologyManagerScope": scope,
         "topologyManagerPolicyOptions": {"max-allowable-numa-nodes": str(nodes)},
