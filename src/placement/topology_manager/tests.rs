@@ -285,3 +285,79 @@ fn too_many_numa_nodes_refused_unless_policy_none() {
     };
     assert!(TopologyManager::new(&machine(2), TopologyPolicy::None, small).is_err());
 }
+
+/// A CPU-like family (9 CPUs, 4 free per node, none on node 0) and a memory-like one (multi-node
+/// masks only of unused nodes, node 1 used; single nodes listed) on 24 nodes: no preferred
+/// merge; the best non-preferred one is {0,2,3}, the intersection of CPU hint {0,2,3,4} and
+/// memory hint {0,2,3,5}, though {0,2,3} itself is no CPU hint (kubelet's quirk: a merged mask
+/// narrower than the provider's hints).
+#[test]
+fn wide_machine_merged_mask_narrower_than_the_cpu_hints() {
+    let n = 24u32;
+    let all = NumaMask::from_ids(0..n);
+    let mut free = [0u64; 64];
+    for i in 1..n {
+        free[i as usize] = 4;
+    }
+    let cpu = HintFamily {
+        nodes: (0..n).collect(),
+        up: Some(Upward {
+            within: all,
+            required: NumaMask::default(),
+            min_count: 1,
+            amounts: vec![free],
+            need: vec![9],
+        }),
+        listed: vec![],
+        preferred_size: 3,
+        sockets: None,
+    };
+    let memory = HintFamily {
+        nodes: (0..n).collect(),
+        up: Some(Upward {
+            within: NumaMask(all.0 & !2),
+            required: NumaMask::default(),
+            min_count: 2,
+            amounts: vec![[1; 64]],
+            need: vec![1],
+        }),
+        listed: (0..n).map(|i| NumaMask::from_ids([i])).collect(),
+        preferred_size: 1,
+        sockets: None,
+    };
+    let options = TopologyOptions {
+        max_allowable_numa_nodes: n,
+        ..TopologyOptions::default()
+    };
+    let tm = TopologyManager::new(&machine(n), TopologyPolicy::BestEffort, options).unwrap();
+    let sets = [
+        HintSets::from([("cpu".to_string(), Some(HintSet::Family(cpu)))]),
+        HintSets::from([("memory".to_string(), Some(HintSet::Family(memory)))]),
+    ];
+    assert_eq!(tm.merge_sets(&sets).unwrap(), (h(&[0, 2, 3], false), true));
+}
+
+/// On a machine too wide to enumerate, a search that runs out of budget is a refusal, never a
+/// guess.
+#[test]
+fn wide_machine_out_of_budget_is_refused() {
+    let n = 32u32;
+    let options = TopologyOptions {
+        max_allowable_numa_nodes: n,
+        ..TopologyOptions::default()
+    };
+    let tm = TopologyManager::new(&machine(n), TopologyPolicy::Restricted, options).unwrap();
+    let lists = providers(vec![
+        Some(vec![h(&[5, 6], false)]),
+        Some(vec![h(&[6, 7], true)]),
+    ]);
+    let sets: Vec<HintSets> = lists.iter().map(|l| listed(l)).collect();
+    assert_eq!(
+        tm.merge_with(&sets, &Budget::new(3)),
+        Err(TopologyManagerError::SearchBudget { nodes: 32 })
+    );
+    assert_eq!(
+        tm.merge_with(&sets, &Budget::new(Budget::DEFAULT)).unwrap(),
+        (h(&[6], false), false)
+    );
+}
