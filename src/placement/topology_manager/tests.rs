@@ -351,7 +351,7 @@ fn wide_machine_out_of_budget_is_refused() {
         Some(vec![h(&[5, 6], false)]),
         Some(vec![h(&[6, 7], true)]),
     ]);
-    let sets: Vec<HintSets> = lists.iter().map(|l| listed(l)).collect();
+    let sets: Vec<HintSets> = lists.iter().map(listed).collect();
     assert_eq!(
         tm.merge_with(&sets, &Budget::new(3)),
         Err(TopologyManagerError::SearchBudget { nodes: 32 })
