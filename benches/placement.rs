@@ -194,5 +194,108 @@ fn placement(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, placement);
+/// Wide machines: 2 sockets, `n` NUMA nodes of `cores` cores × 2 threads (4 or 16 CPUs per
+/// node), `max-allowable-numa-nodes` raised to `n`, every policy and scope, Static memory. The
+/// machine holds 3-CPU pods on about half its CPUs; the measured pod asks for 9 CPUs (an 8-CPU
+/// exclusive app and a shared sidecar), so it spans several nodes (single-numa-node refuses it:
+/// that is a decision too). Each iteration is one decision: admit plus the container queries.
+/// Besides criterion's estimates, the median and worst of 200 timed decisions per case are
+/// printed as a table (docs/PERFORMANCE.md, "Wide machines").
+const WIDE: [(u32, u32); 5] = [(8, 2), (16, 2), (32, 2), (64, 2), (16, 8)];
+
+fn wide_pod(uid: &str) -> PodSpec {
+    PodSpec {
+        resources: Some(guaranteed(9000, 9 * GI)),
+        containers: vec![ContainerSpec {
+            name: "app".into(),
+            role: ContainerRole::App,
+            resources: guaranteed(8000, 8 * GI),
+        }],
+        ..pod(uid)
+    }
+}
+
+fn wide_node(n: u32, cores: u32, policy: TopologyPolicy, scope: TopologyScope) -> Node {
+    let spec = SyntheticSpec {
+        memory_per_numa: 64 * GI,
+        ..SyntheticSpec::new(2, n / 2, cores, 2, 1)
+    };
+    let topology = spec.build().expect("synthetic machine");
+    let cpus = topology.cpus.len();
+    let mut config = config(policy, n);
+    config.topology_scope = scope;
+    config.topology_options.max_allowable_numa_nodes = n;
+    let mut node = Node::new(topology, config).expect("node");
+    for i in 0..cpus / 2 / POD_CPUS as usize {
+        // Background pods that do not fit are simply left out.
+        let _ = node.admit(&pod(&format!("background-{i}")));
+    }
+    node
+}
+
+fn decide(node: &mut Node, p: &PodSpec) -> usize {
+    let mut n = usize::from(node.admit(p).is_ok());
+    for c in p.init_containers.iter().chain(&p.containers) {
+        n += usize::from(node.container(&p.uid, &c.name).is_some());
+    }
+    n
+}
+
+fn wide(c: &mut Criterion) {
+    let full = std::env::args().any(|a| a == "--bench");
+    let shapes: &[(u32, u32)] = if full { &WIDE } else { &WIDE[..1] };
+    let measured = wide_pod("measured");
+    let mut table = Vec::new();
+    for (label, policy) in [
+        ("best-effort", TopologyPolicy::BestEffort),
+        ("restricted", TopologyPolicy::Restricted),
+        ("single-numa-node", TopologyPolicy::SingleNumaNode),
+    ] {
+        for (scope_label, scope) in [
+            ("pod", TopologyScope::Pod),
+            ("container", TopologyScope::Container),
+        ] {
+            let mut group = c.benchmark_group(format!("wide/{label}/{scope_label}"));
+            group
+                .sample_size(10)
+                .warm_up_time(Duration::from_millis(100))
+                .measurement_time(Duration::from_millis(400));
+            for &(n, cores) in shapes {
+                let node = wide_node(n, cores, policy, scope);
+                let machine = format!("{n}numa-{}cpu", n * cores * 2);
+                group.bench_with_input(BenchmarkId::new("decide", &machine), &node, |b, node| {
+                    b.iter_batched(
+                        || node.clone(),
+                        |mut n| {
+                            black_box(decide(&mut n, &measured));
+                            n
+                        },
+                        BatchSize::LargeInput,
+                    )
+                });
+                let mut times: Vec<Duration> = (0..if full { 200 } else { 2 })
+                    .map(|_| {
+                        let mut n = node.clone();
+                        let t = std::time::Instant::now();
+                        black_box(decide(&mut n, &measured));
+                        t.elapsed()
+                    })
+                    .collect();
+                times.sort_unstable();
+                table.push(format!(
+                    "| {machine} | {label} | {scope_label} | {:.3} | {:.3} |",
+                    times[times.len() / 2].as_secs_f64() * 1e3,
+                    times[times.len() - 1].as_secs_f64() * 1e3
+                ));
+            }
+            group.finish();
+        }
+    }
+    eprintln!("| machine | policy | scope | median ms | worst ms |\n|---|---|---|---|---|");
+    for row in table {
+        eprintln!("{row}");
+    }
+}
+
+criterion_group!(benches, placement, wide);
 criterion_main!(benches);

@@ -21,4 +21,4 @@ pub use cpu::CpuManager;
 pub use error::AdmissionError;
 pub use hint::{NumaMask, TopologyHint};
 pub use pod::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
-pub use provider::{HintProvider, ResourceHints};
+pub use provider::{HintProvider, HintSets, ResourceHints};

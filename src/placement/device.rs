@@ -10,7 +10,7 @@
 
 pub mod alloc;
 pub mod hints;
-mod manager;
+pub mod manager;
 pub mod requests;
 
 pub use manager::{DeviceManager, Ledger, ResourceIds};

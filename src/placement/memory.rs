@@ -13,11 +13,14 @@ mod table;
 use std::collections::BTreeMap;
 
 use super::config::{Config, FeatureGates, MemoryPolicy};
+use super::provider::spelled_out;
+use super::topology_manager::{Budget, Exhausted};
 use super::{
-    AdmissionError, ContainerRole, ContainerSpec, HintProvider, NumaMask, PodSpec, ResourceHints,
-    TopologyHint,
+    AdmissionError, ContainerRole, ContainerSpec, HintProvider, HintSets, NumaMask, PodSpec,
+    ResourceHints, TopologyHint,
 };
 use crate::topology::Topology;
+use hints::Requests;
 
 /// Resource name of regular memory.
 pub const MEMORY: &str = "memory";
@@ -266,41 +269,92 @@ impl MemoryManager {
     }
 }
 
-impl HintProvider for MemoryManager {
-    fn container_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ResourceHints {
+impl MemoryManager {
+    /// `GetTopologyHints`: `Ok(None)` = the regenerated or empty answer is already in `early`.
+    fn container_hint_inputs(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> Result<Requests, ResourceHints> {
         if self.policy != MemoryPolicy::Static || !qos::is_guaranteed(pod, self.gates) {
-            return ResourceHints::new();
+            return Err(ResourceHints::new());
         }
         let reqs = hints::container_requests(pod, container, self.gates);
         if qos::skipped_by_gates(pod, self.gates) {
-            return ResourceHints::new();
+            return Err(ResourceHints::new());
         }
         if let Some(blocks) = self.container_blocks(&pod.uid, &container.name) {
-            return hints::regenerate(blocks, &reqs);
+            return Err(hints::regenerate(blocks, &reqs));
         }
-        hints::calculate(&self.state.machine, &self.reusable, &pod.uid, &reqs)
+        Ok(reqs)
     }
 
-    fn pod_hints(&self, pod: &PodSpec) -> ResourceHints {
+    /// `GetPodTopologyHints` up to `calculateHints`.
+    fn pod_hint_inputs(&self, pod: &PodSpec) -> Result<Requests, ResourceHints> {
         if self.policy != MemoryPolicy::Static || !qos::is_guaranteed(pod, self.gates) {
-            return ResourceHints::new();
+            return Err(ResourceHints::new());
         }
         let reqs = hints::pod_requests(pod, self.gates);
         if qos::skipped_by_gates(pod, self.gates) {
-            return ResourceHints::new();
+            return Err(ResourceHints::new());
         }
         if qos::plrm(pod, self.gates) && pod::validate_pod_scope(pod, self.gates).is_err() {
-            return reqs.keys().map(|k| (k.clone(), Some(Vec::new()))).collect();
+            return Err(reqs.keys().map(|k| (k.clone(), Some(Vec::new()))).collect());
         }
         if reqs.is_empty() {
-            return ResourceHints::new();
+            return Err(ResourceHints::new());
         }
         for c in pod.init_containers.iter().chain(&pod.containers) {
             if let Some(blocks) = self.container_blocks(&pod.uid, &c.name) {
-                return hints::regenerate(blocks, &reqs);
+                return Err(hints::regenerate(blocks, &reqs));
             }
         }
-        hints::calculate(&self.state.machine, &self.reusable, &pod.uid, &reqs)
+        Ok(reqs)
+    }
+
+    fn sets(
+        &self,
+        pod_uid: &str,
+        inputs: Result<Requests, ResourceHints>,
+    ) -> Result<HintSets, Exhausted> {
+        match inputs {
+            Err(early) => Ok(spelled_out(early)),
+            Ok(reqs) => hints::calculate_sets(
+                &self.state.machine,
+                &self.reusable,
+                pod_uid,
+                &reqs,
+                &Budget::new(Budget::DEFAULT),
+            ),
+        }
+    }
+}
+
+impl HintProvider for MemoryManager {
+    fn container_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ResourceHints {
+        match self.container_hint_inputs(pod, container) {
+            Err(early) => early,
+            Ok(reqs) => hints::calculate(&self.state.machine, &self.reusable, &pod.uid, &reqs),
+        }
+    }
+
+    fn pod_hints(&self, pod: &PodSpec) -> ResourceHints {
+        match self.pod_hint_inputs(pod) {
+            Err(early) => early,
+            Ok(reqs) => hints::calculate(&self.state.machine, &self.reusable, &pod.uid, &reqs),
+        }
+    }
+
+    fn container_hint_sets(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> Result<HintSets, Exhausted> {
+        self.sets(&pod.uid, self.container_hint_inputs(pod, container))
+    }
+
+    fn pod_hint_sets(&self, pod: &PodSpec) -> Result<HintSets, Exhausted> {
+        self.sets(&pod.uid, self.pod_hint_inputs(pod))
     }
 
     fn allocate(

@@ -236,6 +236,7 @@ impl Node {
         }
     }
 
+    #[allow(clippy::needless_pass_by_value)]
     fn admit_inner(
         &mut self,
         pod: &PodSpec,
@@ -255,11 +256,17 @@ impl Node {
             TopologyScope::Container => {
                 for c in containers(pod) {
                     let hints = [
-                        self.devices.container_hints(pod, c),
-                        self.cpu.container_hints(pod, c),
-                        self.memory.container_hints(pod, c),
+                        self.devices.container_hint_sets(pod, c).map_err(too_wide)?,
+                        self.cpu.container_hint_sets(pod, c).map_err(too_wide)?,
+                        self.memory.container_hint_sets(pod, c).map_err(too_wide)?,
                     ];
-                    let (hint, admit) = self.topology_manager.merge(&hints);
+                    let (hint, admit) = self
+                        .topology_manager
+                        .merge_sets(&hints)
+                        .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
+                    #[cfg(test)]
+                    self.topology_manager
+                        .assert_reference(&hints, (hint, admit));
                     if !admit {
                         return Err(self.affinity_error(pod, RefusingScope::Container));
                     }
@@ -269,11 +276,17 @@ impl Node {
             }
             TopologyScope::Pod => {
                 let hints = [
-                    self.devices.pod_hints(pod),
-                    self.cpu.pod_hints(pod),
-                    self.memory.pod_hints(pod),
+                    self.devices.pod_hint_sets(pod).map_err(too_wide)?,
+                    self.cpu.pod_hint_sets(pod).map_err(too_wide)?,
+                    self.memory.pod_hint_sets(pod).map_err(too_wide)?,
                 ];
-                let (hint, admit) = self.topology_manager.merge(&hints);
+                let (hint, admit) = self
+                    .topology_manager
+                    .merge_sets(&hints)
+                    .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
+                #[cfg(test)]
+                self.topology_manager
+                    .assert_reference(&hints, (hint, admit));
                 if !admit {
                     return Err(self.affinity_error(pod, RefusingScope::Pod));
                 }
@@ -534,3 +547,11 @@ fn containers(pod: &PodSpec) -> impl Iterator<Item = &ContainerSpec> {
 mod props;
 #[cfg(test)]
 mod tests;
+
+/// A hint provider's search ran out of its budget: refused, never approximated.
+fn too_wide(_: super::topology_manager::Exhausted) -> AdmissionError {
+    AdmissionError::Unexpected(
+        "hint provider: the exact NUMA hint search on this machine exceeds the budget of one decision"
+            .to_string(),
+    )
+}

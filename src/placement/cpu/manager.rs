@@ -421,6 +421,19 @@ impl HintProvider for CpuManager {
     fn container_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ResourceHints {
         self.container_topology_hints(pod, container)
     }
+    fn container_hint_sets(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> Result<crate::placement::HintSets, crate::placement::topology_manager::Exhausted> {
+        Ok(self.container_hint_sets(pod, container))
+    }
+    fn pod_hint_sets(
+        &self,
+        pod: &PodSpec,
+    ) -> Result<crate::placement::HintSets, crate::placement::topology_manager::Exhausted> {
+        Ok(self.pod_hint_sets(pod))
+    }
 
     fn pod_hints(&self, pod: &PodSpec) -> ResourceHints {
         self.pod_topology_hints(pod)

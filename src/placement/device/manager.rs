@@ -281,7 +281,55 @@ impl DeviceManager {
     }
 }
 
+/// The most NUMA nodes a resource's devices may sit on for its hints to be generated: the
+/// kubelet's device manager enumerates every subset of those nodes (2^N), and numa-shim does
+/// the same; beyond this a pod that asks for the resource is refused, never left to hang
+/// (docs/devices.md).
+pub const MAX_DEVICE_NODES: usize = 16;
+
+impl DeviceManager {
+    /// `Exhausted` when a resource the pod asks for has devices on more than
+    /// [`MAX_DEVICE_NODES`] NUMA nodes.
+    fn enumerable<'a>(
+        &self,
+        resources: impl IntoIterator<Item = &'a String>,
+    ) -> Result<(), crate::placement::topology_manager::Exhausted> {
+        for res in resources {
+            let nodes: std::collections::BTreeSet<u32> = self
+                .devices(res)
+                .iter()
+                .flat_map(|d| d.numa_nodes.iter().copied())
+                .collect();
+            if nodes.len() > MAX_DEVICE_NODES {
+                return Err(crate::placement::topology_manager::Exhausted);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl HintProvider for DeviceManager {
+    fn container_hint_sets(
+        &self,
+        pod: &PodSpec,
+        c: &ContainerSpec,
+    ) -> Result<crate::placement::HintSets, crate::placement::topology_manager::Exhausted> {
+        let requests = container_requests(c);
+        self.enumerable(requests.keys())?;
+        Ok(crate::placement::provider::spelled_out(
+            self.container_hints(pod, c),
+        ))
+    }
+
+    fn pod_hint_sets(
+        &self,
+        pod: &PodSpec,
+    ) -> Result<crate::placement::HintSets, crate::placement::topology_manager::Exhausted> {
+        let requests = pod_requests(pod);
+        self.enumerable(requests.keys())?;
+        Ok(crate::placement::provider::spelled_out(self.pod_hints(pod)))
+    }
+
     /// `GetTopologyHints`.
     fn container_hints(&self, pod: &PodSpec, c: &ContainerSpec) -> ResourceHints {
         let mut out = ResourceHints::new();

@@ -4,13 +4,18 @@
 use std::collections::BTreeMap;
 
 use super::hints::{self, Requests};
-use super::{qos, Block, MemoryManager, NumaState, MEMORY};
+use super::{qos, Block, MemoryManager, NumaState};
+use crate::placement::topology_manager::{Budget, Exhausted, TopologyManager};
 use crate::placement::{
     AdmissionError, ContainerRole, ContainerSpec, NumaMask, PodSpec, TopologyHint,
 };
 
 fn unexpected(msg: &str) -> AdmissionError {
     AdmissionError::Unexpected(msg.to_string())
+}
+
+fn too_wide() -> AdmissionError {
+    unexpected("[memorymanager] the hint search on this machine exceeds the budget of one decision")
 }
 
 /// Steps 1–3 of §3.5: default hint, extension, group rule. Returns the mask to use.
@@ -22,17 +27,21 @@ pub(super) fn choose_mask(
 ) -> Result<NumaMask, AdmissionError> {
     let machine = &mm.state.machine;
     let mut best = *hint;
+    let budget = Budget::new(Budget::DEFAULT);
+    let family = || {
+        hints::calculate_family(machine, &mm.reusable, pod_uid, reqs, &budget)
+            .map_err(|Exhausted| too_wide())
+    };
     if best.affinity.is_none() {
-        let lists = hints::calculate_lists(machine, &mm.reusable, pod_uid, reqs);
-        if lists.is_empty() {
+        let Some(family) = family()? else {
             return Err(unexpected(
                 "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available",
             ));
-        }
+        };
         // Every resource gets the same list; kubelet reads the `memory` one.
-        let list = lists.get(MEMORY).or_else(|| lists.values().next());
-        let default =
-            hints::find_best(list.map_or(&[][..], Vec::as_slice)).unwrap_or(TopologyHint {
+        let default = TopologyManager::best_member(&family, NumaMask::default(), &budget)
+            .map_err(|Exhausted| too_wide())?
+            .unwrap_or(TopologyHint {
                 affinity: None,
                 preferred: false,
             });
@@ -45,16 +54,12 @@ pub(super) fn choose_mask(
     }
     let mask = best.affinity.unwrap_or_default();
     if !satisfies(machine, mask, reqs) {
-        let lists = hints::calculate_lists(machine, &mm.reusable, pod_uid, reqs);
-        let within: Vec<TopologyHint> = lists
-            .get(MEMORY)
-            .or_else(|| lists.values().next())
-            .into_iter()
-            .flatten()
-            .filter(|h| h.affinity.is_some_and(|m| m.and(mask) == mask))
-            .copied()
-            .collect();
-        let Some(extended) = hints::find_best(&within) else {
+        let extended = match family()? {
+            Some(family) => TopologyManager::best_member(&family, mask, &budget)
+                .map_err(|Exhausted| too_wide())?,
+            None => None,
+        };
+        let Some(extended) = extended else {
             return Err(unexpected(
                 "[memorymanager] failed to find NUMA nodes to extend the current topology hint",
             ));

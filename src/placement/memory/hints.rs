@@ -5,9 +5,12 @@ use std::collections::BTreeMap;
 
 use super::{hugepage_resource_name, qos, Block, NumaState, Reusable, MEMORY};
 use crate::placement::config::FeatureGates;
-use crate::placement::topology_manager::iterate_masks;
+use crate::placement::topology_manager::{
+    fewest_nodes, iterate_masks, Budget, Exhausted, HintFamily, HintSet, Upward,
+};
 use crate::placement::{
-    ContainerRole, ContainerSpec, NumaMask, PodSpec, ResourceHints, ResourceList, TopologyHint,
+    ContainerRole, ContainerSpec, HintSets, NumaMask, PodSpec, ResourceHints, ResourceList,
+    TopologyHint,
 };
 
 /// Resource name → bytes.
@@ -108,7 +111,9 @@ pub(super) fn reusable(reusable: &Reusable, pod_uid: &str, mask: NumaMask, resou
         .unwrap_or(0)
 }
 
-/// kubelet `calculateHints` as a plain list per resource (same list for every resource).
+/// kubelet `calculateHints` as a plain list per resource (same list for every resource),
+/// enumerating all 2^N masks: the reference `calculate_family` is tested against, and the
+/// spelled-out `HintProvider` lists.
 pub(super) fn calculate_lists(
     machine: &BTreeMap<u32, NumaState>,
     reuse: &Reusable,
@@ -159,6 +164,148 @@ pub(super) fn calculate_lists(
     out
 }
 
+/// `calculateHints` as its rule. A mask is a hint iff it holds every request in allocatable
+/// memory, passes the group rule and holds it in free (plus reusable) memory. Multi-node masks
+/// that pass the group rule are the subsets of unused nodes (upward-closed: the `Upward` part)
+/// and existing groups; with single nodes, groups and the masks this pod's init containers left
+/// reusable memory on checked one by one, that is every hint. Preferred iff as few nodes as the
+/// narrowest mask whose allocatable memory could hold the requests. `None`: no hint at all
+/// (kubelet then returns no lists at all, which the merge reads as "no preference").
+pub(super) fn calculate_family(
+    machine: &BTreeMap<u32, NumaState>,
+    reuse: &Reusable,
+    pod_uid: &str,
+    reqs: &Requests,
+    budget: &Budget,
+) -> Result<Option<HintFamily>, Exhausted> {
+    if reqs.is_empty() {
+        return Ok(None);
+    }
+    let ids: Vec<u32> = machine.keys().copied().filter(|&i| i < 64).collect();
+    let universe = NumaMask::from_ids(ids.iter().copied());
+    let per_node = |f: fn(&super::MemoryTable) -> u64, name: &str| {
+        let mut a = [0u64; 64];
+        for &id in &ids {
+            a[id as usize] = machine[&id].memory.get(name).map_or(0, f);
+        }
+        a
+    };
+    let allocatable = Upward {
+        within: universe,
+        required: NumaMask::default(),
+        min_count: 1,
+        amounts: reqs
+            .keys()
+            .map(|n| per_node(|t| t.allocatable, n))
+            .collect(),
+        need: reqs.values().copied().collect(),
+    };
+    let min_size = fewest_nodes(&ids, &allocatable, budget)?.unwrap_or(machine.len() as u32);
+    let unused = NumaMask::from_ids(
+        ids.iter()
+            .copied()
+            .filter(|id| machine[id].assignments == 0),
+    );
+    let mut amounts = allocatable.amounts.clone();
+    amounts.extend(reqs.keys().map(|n| per_node(|t| t.free, n)));
+    let mut need = allocatable.need.clone();
+    need.extend(reqs.values().copied());
+    let up = Upward {
+        within: unused,
+        required: NumaMask::default(),
+        min_count: 2,
+        amounts,
+        need,
+    };
+    let mut candidates: Vec<NumaMask> = ids.iter().map(|&id| NumaMask::from_ids([id])).collect();
+    candidates.extend(
+        machine
+            .values()
+            .filter(|n| n.cells.len() > 1)
+            .map(|n| NumaMask::from_ids(n.cells.iter().copied())),
+    );
+    if let Some(masks) = reuse.get(pod_uid) {
+        candidates.extend(masks.keys().copied());
+    }
+    let mut listed: Vec<NumaMask> = candidates
+        .into_iter()
+        .filter(|&m| !m.is_empty() && m.and(universe) == m)
+        .filter(|&m| is_hint(machine, reuse, pod_uid, reqs, m))
+        .collect();
+    listed.sort_unstable();
+    listed.dedup();
+    let family = HintFamily {
+        nodes: ids,
+        up: Some(up),
+        listed,
+        preferred_size: min_size,
+        sockets: None,
+    };
+    Ok((!family.is_empty()).then_some(family))
+}
+
+/// One mask against `calculateHints`' conditions.
+fn is_hint(
+    machine: &BTreeMap<u32, NumaState>,
+    reuse: &Reusable,
+    pod_uid: &str,
+    reqs: &Requests,
+    mask: NumaMask,
+) -> bool {
+    let sum = |f: fn(&super::MemoryTable) -> u64, name: &str| -> u64 {
+        mask.ids()
+            .filter_map(|id| machine.get(&id)?.memory.get(name).map(f))
+            .sum()
+    };
+    reqs.iter()
+        .all(|(name, &req)| sum(|t| t.allocatable, name) >= req)
+        && group_allows(machine, mask)
+        && reqs
+            .iter()
+            .all(|(name, &req)| sum(|t| t.free, name) + reusable(reuse, pod_uid, mask, name) >= req)
+}
+
+/// `calculate_family` as provider hint sets: the same family for every resource.
+pub(super) fn calculate_sets(
+    machine: &BTreeMap<u32, NumaState>,
+    reuse: &Reusable,
+    pod_uid: &str,
+    reqs: &Requests,
+    budget: &Budget,
+) -> Result<HintSets, Exhausted> {
+    let family = calculate_family(machine, reuse, pod_uid, reqs, budget)?;
+    #[cfg(test)]
+    if machine.len() <= 8 {
+        let want = calculate_lists(machine, reuse, pod_uid, reqs);
+        let got: BTreeMap<String, Vec<TopologyHint>> = family
+            .iter()
+            .flat_map(|f| reqs.keys().map(|k| (k.clone(), f.members())))
+            .collect();
+        assert_eq!(got, want, "memory hint family vs enumeration");
+        if let Some(f) = &family {
+            let list = &want[want.keys().next().expect("a resource")];
+            for within in [NumaMask::default(), NumaMask(1), NumaMask(0b110)] {
+                let inside: Vec<TopologyHint> = list
+                    .iter()
+                    .filter(|h| h.affinity.is_some_and(|m| m.and(within) == within))
+                    .copied()
+                    .collect();
+                let got = crate::placement::topology_manager::TopologyManager::best_member(
+                    f, within, budget,
+                )?;
+                assert_eq!(got, find_best(&inside), "memory best hint vs enumeration");
+            }
+        }
+    }
+    let Some(family) = family else {
+        return Ok(HintSets::new());
+    };
+    Ok(reqs
+        .keys()
+        .map(|k| (k.clone(), Some(HintSet::Family(family.clone()))))
+        .collect())
+}
+
 /// `calculate_lists` as provider hints.
 pub(super) fn calculate(
     machine: &BTreeMap<u32, NumaState>,
@@ -201,6 +348,7 @@ pub(super) fn violates_group(machine: &BTreeMap<u32, NumaState>, mask: NumaMask)
 }
 
 /// kubelet `findBestHint`: preferred first, then narrower; the first wins ties.
+#[cfg(test)]
 pub(super) fn find_best(hints: &[TopologyHint]) -> Option<TopologyHint> {
     let mut best: Option<TopologyHint> = None;
     for &h in hints {

@@ -155,6 +155,19 @@ impl HintProvider for CpuBackend {
     fn pod_hints(&self, pod: &PodSpec) -> ResourceHints {
         self.manager.pod_hints(pod)
     }
+    fn container_hint_sets(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> Result<crate::placement::HintSets, crate::placement::topology_manager::Exhausted> {
+        Ok(self.manager.container_hint_sets(pod, container))
+    }
+    fn pod_hint_sets(
+        &self,
+        pod: &PodSpec,
+    ) -> Result<crate::placement::HintSets, crate::placement::topology_manager::Exhausted> {
+        Ok(self.manager.pod_hint_sets(pod))
+    }
     fn allocate(
         &mut self,
         pod: &PodSpec,

@@ -38,7 +38,9 @@ fn providers(lists: Vec<Option<Vec<TopologyHint>>>) -> Vec<ResourceHints> {
 }
 
 fn merge(n: u32, policy: TopologyPolicy, lists: Vec<Vec<TopologyHint>>) -> (TopologyHint, bool) {
-    tm(n, policy).merge(&providers(lists.into_iter().map(Some).collect()))
+    tm(n, policy)
+        .merge(&providers(lists.into_iter().map(Some).collect()))
+        .unwrap()
 }
 
 #[test]
@@ -70,12 +72,14 @@ fn m2_less_narrow_preferred_beats_narrower_non_preferred() {
 #[test]
 fn m3_no_providers_gives_all_preferred() {
     assert_eq!(
-        tm(2, TopologyPolicy::BestEffort).merge(&[]).0,
+        tm(2, TopologyPolicy::BestEffort).merge(&[]).unwrap().0,
         h(&[0, 1], true)
     );
     // A provider with an empty map counts as "no preference" too.
     assert_eq!(
-        tm(2, TopologyPolicy::Restricted).merge(&[ResourceHints::new()]),
+        tm(2, TopologyPolicy::Restricted)
+            .merge(&[ResourceHints::new()])
+            .unwrap(),
         (h(&[0, 1], true), true)
     );
 }
@@ -186,7 +190,7 @@ fn single_numa_node_filters_multi_node_hints() {
     );
     assert_eq!(got, (h(&[0], true), true));
     // No preference at all: all nodes preferred → nil affinity, admitted.
-    let got = tm(2, TopologyPolicy::SingleNumaNode).merge(&[]);
+    let got = tm(2, TopologyPolicy::SingleNumaNode).merge(&[]).unwrap();
     assert_eq!(
         got,
         (
@@ -239,6 +243,7 @@ fn prefer_closest_picks_smaller_distance_among_same_size() {
     assert_eq!(
         plain
             .merge(&providers(lists.clone().into_iter().map(Some).collect()))
+            .unwrap()
             .0,
         h(&[0, 2], true)
     );
@@ -250,6 +255,7 @@ fn prefer_closest_picks_smaller_distance_among_same_size() {
     assert_eq!(
         closest
             .merge(&providers(lists.into_iter().map(Some).collect()))
+            .unwrap()
             .0,
         h(&[1, 3], true)
     );
@@ -278,4 +284,80 @@ fn too_many_numa_nodes_refused_unless_policy_none() {
         ..TopologyOptions::default()
     };
     assert!(TopologyManager::new(&machine(2), TopologyPolicy::None, small).is_err());
+}
+
+/// A CPU-like family (9 CPUs, 4 free per node, none on node 0) and a memory-like one (multi-node
+/// masks only of unused nodes, node 1 used; single nodes listed) on 24 nodes: no preferred
+/// merge; the best non-preferred one is {0,2,3}, the intersection of CPU hint {0,2,3,4} and
+/// memory hint {0,2,3,5}, though {0,2,3} itself is no CPU hint (kubelet's quirk: a merged mask
+/// narrower than the provider's hints).
+#[test]
+fn wide_machine_merged_mask_narrower_than_the_cpu_hints() {
+    let n = 24u32;
+    let all = NumaMask::from_ids(0..n);
+    let mut free = [0u64; 64];
+    for i in 1..n {
+        free[i as usize] = 4;
+    }
+    let cpu = HintFamily {
+        nodes: (0..n).collect(),
+        up: Some(Upward {
+            within: all,
+            required: NumaMask::default(),
+            min_count: 1,
+            amounts: vec![free],
+            need: vec![9],
+        }),
+        listed: vec![],
+        preferred_size: 3,
+        sockets: None,
+    };
+    let memory = HintFamily {
+        nodes: (0..n).collect(),
+        up: Some(Upward {
+            within: NumaMask(all.0 & !2),
+            required: NumaMask::default(),
+            min_count: 2,
+            amounts: vec![[1; 64]],
+            need: vec![1],
+        }),
+        listed: (0..n).map(|i| NumaMask::from_ids([i])).collect(),
+        preferred_size: 1,
+        sockets: None,
+    };
+    let options = TopologyOptions {
+        max_allowable_numa_nodes: n,
+        ..TopologyOptions::default()
+    };
+    let tm = TopologyManager::new(&machine(n), TopologyPolicy::BestEffort, options).unwrap();
+    let sets = [
+        HintSets::from([("cpu".to_string(), Some(HintSet::Family(cpu)))]),
+        HintSets::from([("memory".to_string(), Some(HintSet::Family(memory)))]),
+    ];
+    assert_eq!(tm.merge_sets(&sets).unwrap(), (h(&[0, 2, 3], false), true));
+}
+
+/// On a machine too wide to enumerate, a search that runs out of budget is a refusal, never a
+/// guess.
+#[test]
+fn wide_machine_out_of_budget_is_refused() {
+    let n = 32u32;
+    let options = TopologyOptions {
+        max_allowable_numa_nodes: n,
+        ..TopologyOptions::default()
+    };
+    let tm = TopologyManager::new(&machine(n), TopologyPolicy::Restricted, options).unwrap();
+    let lists = providers(vec![
+        Some(vec![h(&[5, 6], false)]),
+        Some(vec![h(&[6, 7], true)]),
+    ]);
+    let sets: Vec<HintSets> = lists.iter().map(listed).collect();
+    assert_eq!(
+        tm.merge_with(&sets, &Budget::new(3)),
+        Err(TopologyManagerError::SearchBudget { nodes: 32 })
+    );
+    assert_eq!(
+        tm.merge_with(&sets, &Budget::new(Budget::DEFAULT)).unwrap(),
+        (h(&[6], false), false)
+    );
 }

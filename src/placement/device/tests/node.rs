@@ -152,3 +152,38 @@ fn pod_level_pods_under_pod_scope_get_devices_at_container_start() {
     assert!(n.start_container("p", "app"));
     assert_eq!(n.container("p", "app").unwrap().devices[GPU], vec!["g0"]);
 }
+
+/// The kubelet's device hints enumerate every subset of the nodes a resource's devices sit on.
+/// A resource on more than `MAX_DEVICE_NODES` nodes gets a clear refusal for the pods that ask
+/// for it, at once, instead of 2^N work; pods without it are placed as before.
+#[test]
+fn devices_on_too_many_nodes_are_refused_not_enumerated() {
+    use crate::placement::config::TopologyOptions;
+    use crate::placement::device::manager::MAX_DEVICE_NODES;
+    let nodes = MAX_DEVICE_NODES as u32 + 4;
+    let topology = crate::topology::SyntheticSpec::new(2, nodes / 2, 2, 1, 1)
+        .build()
+        .unwrap();
+    let config = Config {
+        cpu_policy: CpuPolicy::Static,
+        reserved_cpus: ReservedCpus::Explicit(crate::cpuset::CpuSet::parse("0").unwrap()),
+        topology_policy: TopologyPolicy::BestEffort,
+        topology_scope: TopologyScope::Pod,
+        topology_options: TopologyOptions {
+            max_allowable_numa_nodes: nodes,
+            ..TopologyOptions::default()
+        },
+        ..Config::default()
+    };
+    let mut n = Node::new(topology, config).unwrap();
+    let devices = (0..nodes).map(|i| dev(&format!("g{i}"), &[i])).collect();
+    n.set_devices(facts(devices));
+    let started = std::time::Instant::now();
+    let err = n
+        .admit(&pod("p", vec![], vec![guaranteed("app", 1, 1)]))
+        .unwrap_err();
+    assert!(err.to_string().contains("exceeds the budget"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    n.admit(&pod("q", vec![], vec![guaranteed("app", 1, 0)]))
+        .expect("a pod without devices is placed");
+}
