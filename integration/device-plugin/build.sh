@@ -8,11 +8,4 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=integration/lib/common.sh
 source "$here/../lib/common.sh"
 out=${1:-$IT_BIN/device-plugin}
-if [[ -x $out && -z $(find "$here" -maxdepth 1 \( -name '*.go' -o -name go.mod -o -name go.sum \) -newer "$out" -print -quit) ]]; then
-    exit 0
-fi
-mkdir -p "$(dirname "$out")"
-export PATH=$PATH:/usr/local/go/bin
-cd "$here"
-CGO_ENABLED=0 go build -trimpath -o "$out.tmp" .
-mv "$out.tmp" "$out"
+it_go_module_build "$here" "$out"
