@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# oracle.sh [--cases N] [--seed S] [--from K] [--fixed]: the differential suite against the
+# oracle.sh [--cases N] [--seed S] [--from K] [--wide] [--fixed]: the differential suite against the
 # kubelet's own managers (tests/oracle.rs). Runs N generated cases (default 1000, from index K,
 # default 0: --from K --cases 1 judges case K alone) of seed S (default a fresh one, printed)
 # through kubelet-oracle and numa-shim's decision core and compares them after every step; a
 # disagreement fails and prints its minimal scenario (also in target/oracle/).
-# --fixed runs the CI suites instead: 500 cases of the fixed seed, 200 of a fresh one.
+# --wide makes every case a wide machine (9-10 NUMA nodes, max-allowable-numa-nodes raised).
+# --fixed runs the CI suites instead: 500 cases of the fixed seed, 200 of a fresh one, 40 wide
+# cases of a fresh one.
 # The oracle binary: $NUMA_SHIM_ORACLE, else $IT_BIN/kubelet-oracle (install-deps.sh builds it
 # with integration/kubelet-oracle/build.sh; built here when missing).
 set -euo pipefail
@@ -22,7 +24,8 @@ while (($#)); do
     --seed) seed=${2:?--seed needs a number}; shift 2 ;;
     --from) from=${2:?--from needs a number}; shift 2 ;;
     --fixed) fixed=true; shift ;;
-    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    --wide) export NUMA_SHIM_ORACLE_WIDE=1; shift ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "oracle.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -41,7 +44,8 @@ export NUMA_SHIM_ORACLE=$oracle
 cd "$IT_REPO"
 if $fixed; then
     exec cargo test --test oracle -- --ignored --test-threads=1 \
-        five_hundred_cases_with_the_fixed_seed two_hundred_cases_with_a_fresh_seed
+        five_hundred_cases_with_the_fixed_seed two_hundred_cases_with_a_fresh_seed \
+        forty_wide_cases_with_a_fresh_seed
 fi
 export NUMA_SHIM_ORACLE_CASES=$cases NUMA_SHIM_ORACLE_FROM=$from
 if [[ -n $seed ]]; then

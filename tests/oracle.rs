@@ -63,7 +63,12 @@ fn out_dir() -> PathBuf {
 
 fn generator() -> Generator {
     let dir = manifest_dir().join("../shared/fixtures/topologies");
-    Generator::new(machine::fixtures(&dir))
+    let gen = Generator::new(machine::fixtures(&dir));
+    if std::env::var_os("NUMA_SHIM_ORACLE_WIDE").is_some() {
+        gen.wide()
+    } else {
+        gen
+    }
 }
 
 fn fresh_seed() -> u64 {
@@ -193,8 +198,13 @@ struct Report {
 /// Runs cases `cases` of `seed` against the oracle `NUMA_SHIM_ORACLE` names; panics listing
 /// every disagreement with its minimal scenario, and every case without a verdict.
 fn run(seed: u64, cases: Range<u64>) {
+    run_gen(&generator(), seed, cases);
+}
+
+/// [`run`] with the cases of `gen`.
+fn run_gen(gen: &Generator, seed: u64, cases: Range<u64>) {
     let oracle = Oracle::from_env(&out_dir()).unwrap_or_else(|e| panic!("{e}"));
-    let report = run_with(oracle, &out_dir(), seed, cases);
+    let report = run_with_gen(oracle, &out_dir(), gen, seed, cases);
     assert!(
         report.failures.is_empty() && report.errors.is_empty() && report.timed_out.is_empty(),
         "seed {seed}: {} disagreement(s), {} case(s) the oracle did not answer in time, {} case(s) that could not run\n\n{}\n\n{}\n\n{}",
@@ -209,9 +219,19 @@ fn run(seed: u64, cases: Range<u64>) {
 
 /// Runs cases `cases` of `seed` against `oracle`, writing scenarios and the summary to `out`.
 fn run_with(oracle: Oracle, out: &Path, seed: u64, cases: Range<u64>) -> Report {
+    run_with_gen(oracle, out, &generator(), seed, cases)
+}
+
+/// [`run_with`] with the cases of `gen`.
+fn run_with_gen(
+    oracle: Oracle,
+    out: &Path,
+    gen: &Generator,
+    seed: u64,
+    cases: Range<u64>,
+) -> Report {
     say(&format!("oracle suite: seed {seed}, cases {cases:?}"));
     let started = Instant::now();
-    let gen = generator();
     let mut suite = Suite {
         oracle,
         out: out.to_path_buf(),
@@ -311,6 +331,15 @@ fn five_hundred_cases_with_the_fixed_seed() {
 #[ignore = "needs the kubelet-oracle binary (NUMA_SHIM_ORACLE)"]
 fn two_hundred_cases_with_a_fresh_seed() {
     run(fresh_seed(), 0..200);
+}
+
+/// Wide machines (9-10 NUMA nodes, `max-allowable-numa-nodes` raised) with a fresh seed: the
+/// searched merge against the kubelet's own enumeration (`oracle.sh --fixed`).
+#[test]
+#[ignore = "needs the kubelet-oracle binary (NUMA_SHIM_ORACLE)"]
+fn forty_wide_cases_with_a_fresh_seed() {
+    say("wide machines (9-10 NUMA nodes, max-allowable-numa-nodes raised)");
+    run_gen(&generator().wide(), fresh_seed(), 0..40);
 }
 
 /// `integration/oracle.sh --cases N --seed S` runs this one.

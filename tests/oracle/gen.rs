@@ -65,11 +65,23 @@ impl Case {
 /// Makes cases from the fixture CPU maps and synthetic machines.
 pub struct Generator {
     fixtures: Vec<(String, Vec<Cpu>)>,
+    /// Every case on a wide machine (9-10 NUMA nodes, `max-allowable-numa-nodes` raised).
+    wide: bool,
 }
 
 impl Generator {
     pub fn new(fixtures: Vec<(String, Vec<Cpu>)>) -> Self {
-        Self { fixtures }
+        Self {
+            fixtures,
+            wide: false,
+        }
+    }
+
+    /// Cases on wide machines only: 9-10 NUMA nodes, the kubelet's `max-allowable-numa-nodes`
+    /// set to the node count (issue 25: the searched merge against the kubelet's enumeration).
+    pub fn wide(mut self) -> Self {
+        self.wide = true;
+        self
     }
 
     /// Case `index` of `seed`.
@@ -77,7 +89,10 @@ impl Generator {
         let mut rng = Prng::new(seed ^ index.wrapping_mul(0xd1b5_4a32_d192_ed03));
         rng.next_u64();
         let mut f = Features::default();
-        let machine = if !self.fixtures.is_empty() && rng.chance(40) {
+        let machine = if self.wide {
+            f.tag("machine=wide");
+            Machine::wide(&mut rng)
+        } else if !self.fixtures.is_empty() && rng.chance(40) {
             let (name, cpus) = rng.pick(&self.fixtures);
             f.tag("machine=fixture");
             Machine::from_fixture(name, cpus, &mut rng)
@@ -88,7 +103,15 @@ impl Generator {
         if machine.mixed_cores() {
             f.tag("mixed-cores");
         }
-        let (kubelet, facts) = kubelet::settings(&mut rng, &machine, &mut f);
+        let (mut kubelet, facts) = kubelet::settings(&mut rng, &machine, &mut f);
+        if self.wide {
+            let options = kubelet
+                .as_object_mut()
+                .expect("kubelet settings are an object")
+                .entry("topologyManagerPolicyOptions")
+                .or_insert_with(|| json!({}));
+            options["max-allowable-numa-nodes"] = machine.numa_count().to_string().into();
+        }
         let gen = PodGen { facts: &facts };
         let id = format!("seed-{seed}/{index}");
         let steps = steps(&mut rng, &gen, index, &mut f);

@@ -190,6 +190,55 @@ impl Machine {
         }
     }
 
+    /// A wide synthetic machine for the kubelet's `max-allowable-numa-nodes` above 8: 9 or 10
+    /// NUMA nodes (the kubelet's own enumeration of 2^N masks per provider and their cross
+    /// product still finishes in about a second), two to five per socket, one or two cores per
+    /// node, SMT 1 or 2.
+    pub fn wide(rng: &mut Prng) -> Self {
+        let nodes = *rng.pick(&[9u32, 10]);
+        let sockets = *rng.pick(&[1u32, 2]);
+        let sockets = if nodes.is_multiple_of(sockets) { sockets } else { 1 };
+        let per_socket = nodes / sockets;
+        let smt = *rng.pick(&[1u32, 2]);
+        let cores_per_node = rng.range(1, 2) as u32;
+        let mut cpus = Vec::new();
+        let mut next = 0u32;
+        let mut core = 0u32;
+        for n in 0..nodes {
+            for _ in 0..cores_per_node {
+                for _ in 0..smt {
+                    cpus.push(Cpu {
+                        id: next,
+                        core,
+                        socket: n / per_socket,
+                        numa: n,
+                        uncore: n,
+                    });
+                    next += 1;
+                }
+                core += 1;
+            }
+        }
+        let cpus = normalize_cores(cpus);
+        let ids: Vec<u32> = (0..nodes).collect();
+        let numa = memory(&ids, &cpus, rng);
+        Self {
+            name: format!("wide {sockets}s/{nodes}n/{cores_per_node}c/smt{smt}"),
+            fixture: false,
+            cpus,
+            numa,
+        }
+    }
+
+    /// NUMA nodes of the machine.
+    pub fn numa_count(&self) -> usize {
+        self.cpus
+            .iter()
+            .map(|c| c.numa)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    }
+
     /// Whether cores have different thread counts (the kubelet's average-threads rule differs).
     pub fn mixed_cores(&self) -> bool {
         let mut per: BTreeMap<u32, u32> = BTreeMap::new();
