@@ -4,7 +4,8 @@
 # default 0: --from K --cases 1 judges case K alone) of seed S (default a fresh one, printed)
 # through kubelet-oracle and numa-shim's decision core and compares them after every step; a
 # disagreement fails and prints its minimal scenario (also in target/oracle/).
-# --wide makes every case a wide machine (9-10 NUMA nodes, max-allowable-numa-nodes raised).
+# --wide makes every case a wide machine (9-10 NUMA nodes, max-allowable-numa-nodes raised);
+# NUMA_SHIM_ORACLE_WIDE=11,12 picks other node counts.
 # --fixed runs the CI suites instead: 500 cases of the fixed seed, 200 of a fresh one, 40 wide
 # cases of a fresh one.
 # The oracle binary: $NUMA_SHIM_ORACLE, else $IT_BIN/kubelet-oracle (install-deps.sh builds it
@@ -24,8 +25,8 @@ while (($#)); do
     --seed) seed=${2:?--seed needs a number}; shift 2 ;;
     --from) from=${2:?--from needs a number}; shift 2 ;;
     --fixed) fixed=true; shift ;;
-    --wide) export NUMA_SHIM_ORACLE_WIDE=1; shift ;;
-    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    --wide) export NUMA_SHIM_ORACLE_WIDE=${NUMA_SHIM_ORACLE_WIDE:-1}; shift ;;
+    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "oracle.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done

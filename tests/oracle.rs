@@ -64,10 +64,14 @@ fn out_dir() -> PathBuf {
 fn generator() -> Generator {
     let dir = manifest_dir().join("../shared/fixtures/topologies");
     let gen = Generator::new(machine::fixtures(&dir));
-    if std::env::var_os("NUMA_SHIM_ORACLE_WIDE").is_some() {
-        gen.wide()
-    } else {
-        gen
+    // NUMA_SHIM_ORACLE_WIDE: "1" for 9-10 nodes, or a comma-separated list of node counts.
+    match std::env::var("NUMA_SHIM_ORACLE_WIDE") {
+        Ok(v) if v == "1" => gen.wide(),
+        Ok(v) => {
+            let counts: Vec<u32> = v.split(',').filter_map(|n| n.trim().parse().ok()).collect();
+            gen.wide_with(&counts)
+        }
+        Err(_) => gen,
     }
 }
 

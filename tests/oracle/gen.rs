@@ -65,22 +65,28 @@ impl Case {
 /// Makes cases from the fixture CPU maps and synthetic machines.
 pub struct Generator {
     fixtures: Vec<(String, Vec<Cpu>)>,
-    /// Every case on a wide machine (9-10 NUMA nodes, `max-allowable-numa-nodes` raised).
-    wide: bool,
+    /// Every case on a wide machine of one of these NUMA node counts (`max-allowable-numa-nodes`
+    /// raised); empty: the usual machines.
+    wide: Vec<u32>,
 }
 
 impl Generator {
     pub fn new(fixtures: Vec<(String, Vec<Cpu>)>) -> Self {
         Self {
             fixtures,
-            wide: false,
+            wide: Vec::new(),
         }
     }
 
     /// Cases on wide machines only: 9-10 NUMA nodes, the kubelet's `max-allowable-numa-nodes`
     /// set to the node count (issue 25: the searched merge against the kubelet's enumeration).
-    pub fn wide(mut self) -> Self {
-        self.wide = true;
+    pub fn wide(self) -> Self {
+        self.wide_with(&[9, 10])
+    }
+
+    /// [`Generator::wide`] with these NUMA node counts.
+    pub fn wide_with(mut self, counts: &[u32]) -> Self {
+        self.wide = counts.to_vec();
         self
     }
 
@@ -89,9 +95,9 @@ impl Generator {
         let mut rng = Prng::new(seed ^ index.wrapping_mul(0xd1b5_4a32_d192_ed03));
         rng.next_u64();
         let mut f = Features::default();
-        let machine = if self.wide {
+        let machine = if !self.wide.is_empty() {
             f.tag("machine=wide");
-            Machine::wide(&mut rng)
+            Machine::wide(&mut rng, &self.wide)
         } else if !self.fixtures.is_empty() && rng.chance(40) {
             let (name, cpus) = rng.pick(&self.fixtures);
             f.tag("machine=fixture");
@@ -104,7 +110,7 @@ impl Generator {
             f.tag("mixed-cores");
         }
         let (mut kubelet, facts) = kubelet::settings(&mut rng, &machine, &mut f);
-        if self.wide {
+        if !self.wide.is_empty() {
             let options = kubelet
                 .as_object_mut()
                 .expect("kubelet settings are an object")

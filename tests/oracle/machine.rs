@@ -190,14 +190,18 @@ impl Machine {
         }
     }
 
-    /// A wide synthetic machine for the kubelet's `max-allowable-numa-nodes` above 8: 9 or 10
-    /// NUMA nodes (the kubelet's own enumeration of 2^N masks per provider and their cross
-    /// product still finishes in about a second), two to five per socket, one or two cores per
-    /// node, SMT 1 or 2.
-    pub fn wide(rng: &mut Prng) -> Self {
-        let nodes = *rng.pick(&[9u32, 10]);
+    /// A wide synthetic machine for the kubelet's `max-allowable-numa-nodes` above 8: one of
+    /// `counts` NUMA nodes (9 or 10 by default: the kubelet's own enumeration of 2^N masks per
+    /// provider and their cross product still finishes in about a second), on one or two
+    /// sockets, one or two cores per node, SMT 1 or 2.
+    pub fn wide(rng: &mut Prng, counts: &[u32]) -> Self {
+        let nodes = *rng.pick(counts);
         let sockets = *rng.pick(&[1u32, 2]);
-        let sockets = if nodes.is_multiple_of(sockets) { sockets } else { 1 };
+        let sockets = if nodes.is_multiple_of(sockets) {
+            sockets
+        } else {
+            1
+        };
         let per_socket = nodes / sockets;
         let smt = *rng.pick(&[1u32, 2]);
         let cores_per_node = rng.range(1, 2) as u32;
