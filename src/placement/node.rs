@@ -260,13 +260,7 @@ impl Node {
                         self.cpu.container_hint_sets(pod, c).map_err(too_wide)?,
                         self.memory.container_hint_sets(pod, c).map_err(too_wide)?,
                     ];
-                    let (hint, admit) = self
-                        .topology_manager
-                        .merge_sets(&hints)
-                        .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
-                    #[cfg(test)]
-                    self.topology_manager
-                        .assert_reference(&hints, (hint, admit));
+                    let (hint, admit) = self.merge(&hints)?;
                     if !admit {
                         return Err(self.affinity_error(pod, RefusingScope::Container));
                     }
@@ -280,13 +274,7 @@ impl Node {
                     self.cpu.pod_hint_sets(pod).map_err(too_wide)?,
                     self.memory.pod_hint_sets(pod).map_err(too_wide)?,
                 ];
-                let (hint, admit) = self
-                    .topology_manager
-                    .merge_sets(&hints)
-                    .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
-                #[cfg(test)]
-                self.topology_manager
-                    .assert_reference(&hints, (hint, admit));
+                let (hint, admit) = self.merge(&hints)?;
                 if !admit {
                     return Err(self.affinity_error(pod, RefusingScope::Pod));
                 }
@@ -549,6 +537,20 @@ mod props;
 mod tests;
 
 /// A hint provider's search ran out of its budget: refused, never approximated.
+impl Node {
+    /// The Topology Manager's merge of the providers' hints (devices, CPU, memory); in tests,
+    /// checked against the kubelet's enumeration on small machines.
+    fn merge(&self, hints: &[super::HintSets]) -> Result<(TopologyHint, bool), AdmissionError> {
+        let merged = self
+            .topology_manager
+            .merge_sets(hints)
+            .map_err(|e| AdmissionError::Unexpected(e.to_string()))?;
+        #[cfg(test)]
+        self.topology_manager.assert_reference(hints, merged);
+        Ok(merged)
+    }
+}
+
 fn too_wide(_: super::topology_manager::Exhausted) -> AdmissionError {
     AdmissionError::Unexpected(
         "hint provider: the exact NUMA hint search on this machine exceeds the budget of one decision"
