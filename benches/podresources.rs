@@ -4,8 +4,7 @@
 //! unchanged and with one pod changed before each call. After criterion, prints p50/p99/max of each over many calls (criterion
 //! reports means and confidence intervals, not tail percentiles).
 
-#[path = "../tests/support/podresources/registry.rs"]
-mod support;
+use numa_shim::testing::podresources::registry as support;
 
 use std::time::{Duration, Instant};
 

@@ -93,7 +93,7 @@ for v in "${IT_KUBELET_CI_VERSIONS[@]}"; do
     fi
 done
 # grpcio's and grpc-java's default channels through numa-shim (they install what they need).
-stage "grpc clients" cargo test --test relay_clients --test podresources_python -- --ignored
+stage "grpc clients" cargo test --test relay --test podresources -- --ignored clients:: python::
 stage "crictl parity" "$here/crictl_parity.sh"
 stage "critest parity" "$here/critest.sh"
 # The same real-runtime checks on CRI-O and containerd 2.x, each under an IT_RUN of its own.

@@ -24,5 +24,7 @@ pub mod report;
 pub mod scenario;
 pub mod state;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod topology;
 pub mod transport;

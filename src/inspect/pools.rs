@@ -1,6 +1,6 @@
 //! Pool sizes per NUMA node counted from a built view, CPU owner by CPU owner: the view's side
 //! of the pool gauges, which the lifecycle counts straight from the registry
-//! (`lifecycle::gauges`); tests/pool_gauges.rs checks that the two agree.
+//! (`lifecycle::gauges`); tests/podresources/pool_gauges.rs checks that the two agree.
 
 use super::build::is_memory;
 use super::{MemoryView, NumaView, Owner, PlacementView};

@@ -8,7 +8,7 @@
 //! are held): a pod CPU or memory budget (pod scope) counts one allocation with `source=pod`; an
 //! exclusive CPU slice or memory pinning of a container outside any pod budget counts one with
 //! `source=node`. The pool classification is the placement view's (`inspect`), which
-//! tests/pool_gauges.rs checks CPU by CPU and byte by byte.
+//! tests/podresources/pool_gauges.rs checks CPU by CPU and byte by byte.
 
 use std::collections::BTreeMap;
 

@@ -8,8 +8,7 @@
 //! an empty CPU reservation (numa-shim accepts it with a warning).
 
 mod errors;
-#[path = "../support/pods_api.rs"]
-mod pods_api;
+use numa_shim::testing::pods_api;
 mod restart;
 mod runtimes;
 mod state;

@@ -1,0 +1,13 @@
+//! Checks without sockets or runtimes: the layer order of ARCHITECTURE.md, configs and examples, the shared vectors, topology and kubelet-config checks, refusal texts.
+//!
+//! One test binary; each module was its own binary before.
+
+mod architecture;
+mod cli_topology;
+mod config_examples;
+mod config_validation;
+mod crio_config;
+mod examples;
+mod kubelet_config_check;
+mod refusals;
+mod vectors;
