@@ -21,6 +21,12 @@ source "$here/lib/runtime.sh"
 # shellcheck source=integration/lib/kubelet.sh
 source "$here/lib/kubelet.sh"
 cd "$IT_REPO"
+# One build of each crate, no incremental caches (they nearly double the target dir: a full
+# debug build once filled a CI machine's disk in the middle of `cargo test`).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# disk_free: free space where the build, the caches and the runtimes' state live (logged per stage).
+disk_free() { df -h --output=avail "$IT_REPO" "$IT_RUN_PARENT" "$IT_CACHE" 2>/dev/null | tail -n +2 | tr -s ' \n' ' '; }
+IT_RUN_PARENT=$(dirname "$IT_RUN")
 
 passed=0
 failed=0
@@ -51,7 +57,7 @@ stage() {
         why+=("--- $name (whole output: $log)")
         mapfile -t -O "${#why[@]}" why < <(stage_failures "$log")
     fi
-    it_log "=== $name: exit $rc after ${secs}s"
+    it_log "=== $name: exit $rc after ${secs}s (free: $(disk_free))"
 }
 # stage_failures LOG: the lines of a stage's output that say what failed (at most 40).
 stage_failures() {
