@@ -30,12 +30,12 @@ fn loaded_registry() -> Registry {
             containers.extend(
                 (1..CONTAINERS_PER_POD).map(|k| app(&format!("pool-{k}"), Default::default())),
             );
-            pod(&uid, Some(guaranteed(2000, GI)), containers)
+            pod_of(&uid, Some(guaranteed(2000, GI)), containers)
         } else {
             let containers = (0..CONTAINERS_PER_POD)
                 .map(|k| app(&format!("c-{k}"), burstable(100)))
                 .collect();
-            pod(&uid, None, containers)
+            pod_of(&uid, None, containers)
         };
         assert!(run(&mut r, spec), "pod {uid} refused");
     }

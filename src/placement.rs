@@ -14,6 +14,8 @@ pub mod node;
 pub mod pod;
 pub mod provider;
 pub mod qos;
+#[cfg(any(test, feature = "testing"))]
+pub mod test_pods;
 pub mod topology_manager;
 
 pub use config::Config;

@@ -22,7 +22,7 @@ fn shared_with_pods() -> Shared {
     assert!(run(&mut r, plrm_pod("b", 4)));
     assert!(run(
         &mut r,
-        pod("c", None, vec![app("web", burstable(500))])
+        pod_of("c", None, vec![app("web", burstable(500))])
     ));
     Arc::new(Mutex::new(r))
 }
@@ -333,8 +333,8 @@ async fn list_stays_consistent_during_admit_remove_churn() {
                 let uid = format!("p{i}");
                 let spec = match i % 3 {
                     0 => plrm_pod(&uid, 2 + i % 3),
-                    1 => pod(&uid, None, vec![app("solo", guaranteed(1000, GI))]),
-                    _ => pod(&uid, None, vec![app("web", burstable(200))]),
+                    1 => pod_of(&uid, None, vec![app("solo", guaranteed(1000, GI))]),
+                    _ => pod_of(&uid, None, vec![app("web", burstable(200))]),
                 };
                 let mut r = placer.registry();
                 if run(&mut r, spec) {
@@ -442,14 +442,14 @@ async fn rebuild_copies_only_changed_pods_and_matches_a_full_capture() {
     }
     assert!(run(
         &mut placer.registry(),
-        pod("solo", None, vec![app("web", burstable(200))])
+        pod_of("solo", None, vec![app("web", burstable(200))])
     ));
     check("admitting five pods");
 
     let before = revisions(&placer);
     assert!(run(
         &mut placer.registry(),
-        pod("e", None, vec![app("x", guaranteed(1000, GI))])
+        pod_of("e", None, vec![app("x", guaranteed(1000, GI))])
     ));
     assert_eq!(copied_since(&before), ["e"], "one pod admitted");
     check("admitting one more");

@@ -99,7 +99,7 @@ fn shared() -> Shared {
     assert!(run(&mut r, plrm_pod("a", 3)));
     assert!(run(
         &mut r,
-        pod("c", None, vec![app("web", burstable(500))])
+        pod_of("c", None, vec![app("web", burstable(500))])
     ));
     Arc::new(Mutex::new(r))
 }

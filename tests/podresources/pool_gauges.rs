@@ -24,9 +24,9 @@ fn churn(mut registry: Registry) {
         let uid = format!("p{i}");
         let spec = match i % 4 {
             0 => plrm_pod(&uid, 2 + i % 3),
-            1 => pod(&uid, None, vec![app("solo", guaranteed(1000, GI))]),
-            2 => pod(&uid, None, vec![app("web", burstable(200))]),
-            _ => pod(
+            1 => pod_of(&uid, None, vec![app("solo", guaranteed(1000, GI))]),
+            2 => pod_of(&uid, None, vec![app("web", burstable(200))]),
+            _ => pod_of(
                 &uid,
                 None,
                 vec![

@@ -48,7 +48,7 @@ async fn python_client_reads_what_numa_shim_serves() {
     assert!(run(&mut r, plrm_pod("a", 3)));
     assert!(run(
         &mut r,
-        pod("c", None, vec![app("web", burstable(500))])
+        pod_of("c", None, vec![app("web", burstable(500))])
     ));
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(dir.path(), Arc::new(Mutex::new(r)), options()).await;

@@ -1,41 +1,11 @@
 use super::*;
 use crate::placement::config::{Config, CpuPolicy, ReservedCpus, TopologyPolicy, TopologyScope};
-use crate::placement::{ResourceList, Resources};
+use crate::placement::test_pods::{app, guaranteed, pod_of, GI};
+use crate::placement::Resources;
 use crate::topology::SyntheticSpec;
 
 fn cpus(s: &str) -> CpuSet {
     CpuSet::parse(s).unwrap()
-}
-
-fn guaranteed(cpu: u64, mem_gi: u64) -> Resources {
-    let list = ResourceList {
-        cpu_milli: Some(cpu * 1000),
-        memory: Some(mem_gi << 30),
-        ..Default::default()
-    };
-    Resources {
-        requests: list.clone(),
-        limits: list,
-    }
-}
-
-fn app(name: &str, resources: Resources) -> ContainerSpec {
-    ContainerSpec {
-        name: name.into(),
-        role: ContainerRole::App,
-        resources,
-    }
-}
-
-fn pod(uid: &str, budget: Option<Resources>, containers: Vec<ContainerSpec>) -> PodSpec {
-    PodSpec {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: uid.into(),
-        resources: budget,
-        init_containers: vec![],
-        containers,
-    }
 }
 
 /// An 8-CPU, 2-NUMA machine (4 cores with 2 threads on each node would be 16; keep it small:
@@ -60,11 +30,11 @@ fn infer_none(_: &PodSpec) -> ContainerSpec {
 #[test]
 fn mixed_pod_gets_slice_and_pool_then_releases_everything() {
     let mut r = registry();
-    let spec = pod(
+    let spec = pod_of(
         "p1",
-        Some(guaranteed(3, 3)),
+        Some(guaranteed(3_000, 3 * GI)),
         vec![
-            app("main", guaranteed(1, 1)),
+            app("main", guaranteed(1_000, GI)),
             app("side", Resources::default()),
         ],
     );
@@ -101,10 +71,13 @@ fn mixed_pod_gets_slice_and_pool_then_releases_everything() {
 fn rejection_leaves_nothing_behind_and_abort_releases() {
     let mut r = registry();
     let before = r.snapshot();
-    let empty_pool = pod(
+    let empty_pool = pod_of(
         "p2",
-        Some(guaranteed(2, 2)),
-        vec![app("a", guaranteed(2, 2)), app("b", Resources::default())],
+        Some(guaranteed(2_000, 2 * GI)),
+        vec![
+            app("a", guaranteed(2_000, 2 * GI)),
+            app("b", Resources::default()),
+        ],
     );
     let err = r.admit(empty_pool, Source::Spec).unwrap_err();
     assert!(
@@ -117,10 +90,10 @@ fn rejection_leaves_nothing_behind_and_abort_releases() {
     assert_eq!(r.snapshot(), before);
 
     r.admit(
-        pod(
+        pod_of(
             "p3",
-            Some(guaranteed(2, 2)),
-            vec![app("a", guaranteed(2, 2))],
+            Some(guaranteed(2_000, 2 * GI)),
+            vec![app("a", guaranteed(2_000, 2 * GI))],
         ),
         Source::Spec,
     )
@@ -138,7 +111,7 @@ fn rejection_leaves_nothing_behind_and_abort_releases() {
 fn node_pool_containers_follow_pool_changes() {
     let mut r = registry();
     r.admit(
-        pod("be", None, vec![app("c", Resources::default())]),
+        pod_of("be", None, vec![app("c", Resources::default())]),
         Source::Spec,
     )
     .unwrap();
@@ -151,10 +124,10 @@ fn node_pool_containers_follow_pool_changes() {
     r.commit_container("c-be", "sb-be", "c", &d);
 
     r.admit(
-        pod(
+        pod_of(
             "g",
-            Some(guaranteed(2, 1)),
-            vec![app("x", guaranteed(2, 1))],
+            Some(guaranteed(2_000, GI)),
+            vec![app("x", guaranteed(2_000, GI))],
         ),
         Source::Spec,
     )
@@ -184,10 +157,13 @@ fn node_pool_containers_follow_pool_changes() {
 #[test]
 fn readmitting_a_running_pod_keeps_its_cpus() {
     let mut r = registry();
-    let spec = pod(
+    let spec = pod_of(
         "p",
-        Some(guaranteed(2, 2)),
-        vec![app("a", guaranteed(1, 1)), app("b", Resources::default())],
+        Some(guaranteed(2_000, 2 * GI)),
+        vec![
+            app("a", guaranteed(1_000, GI)),
+            app("b", Resources::default()),
+        ],
     );
     r.admit(spec.clone(), Source::Spec).unwrap();
     r.commit_sandbox("p", "sb1");
@@ -204,10 +180,13 @@ fn readmitting_a_running_pod_keeps_its_cpus() {
 fn removing_an_old_instance_keeps_the_new_one_placed() {
     let mut r = registry();
     r.admit(
-        pod(
+        pod_of(
             "p",
-            Some(guaranteed(2, 2)),
-            vec![app("a", guaranteed(1, 1)), app("b", Resources::default())],
+            Some(guaranteed(2_000, 2 * GI)),
+            vec![
+                app("a", guaranteed(1_000, GI)),
+                app("b", Resources::default()),
+            ],
         ),
         Source::Spec,
     )
@@ -230,7 +209,7 @@ fn removing_an_old_instance_keeps_the_new_one_placed() {
 fn a_removed_container_keeps_its_cpus_until_the_pod_goes() {
     let mut r = registry();
     r.admit(
-        pod("p", None, vec![app("a", guaranteed(2, 1))]),
+        pod_of("p", None, vec![app("a", guaranteed(2_000, GI))]),
         Source::Spec,
     )
     .unwrap();
@@ -271,11 +250,11 @@ fn a_created_app_container_frees_the_init_containers_memory() {
         ..Config::default()
     };
     let mut r = Registry::new(Node::new(topo, config).unwrap());
-    let mut spec = pod("p", None, vec![app("app", guaranteed(1, 1))]);
+    let mut spec = pod_of("p", None, vec![app("app", guaranteed(1_000, GI))]);
     spec.init_containers = vec![ContainerSpec {
         name: "init".into(),
         role: ContainerRole::Init,
-        resources: guaranteed(1, 8),
+        resources: guaranteed(1_000, 8 * GI),
     }];
     r.admit(spec, Source::Spec).unwrap();
     r.commit_sandbox("p", "sb");
@@ -314,12 +293,12 @@ fn a_created_app_container_frees_the_init_containers_memory() {
 #[test]
 fn inferred_pod_is_extended_container_by_container() {
     let mut r = registry();
-    let spec = inferred_sandbox_spec(pod("i", Some(guaranteed(3, 3)), vec![]));
+    let spec = inferred_sandbox_spec(pod_of("i", Some(guaranteed(3_000, 3 * GI)), vec![]));
     r.admit(spec, Source::Inferred).unwrap();
     r.commit_sandbox("i", "sb");
     assert_eq!(r.node().shared_cpus().len(), 5);
     let main = r
-        .decide_container("sb", "main", |_| app("main", guaranteed(1, 1)))
+        .decide_container("sb", "main", |_| app("main", guaranteed(1_000, GI)))
         .unwrap()
         .unwrap();
     assert!(main.exclusive && main.cpus.len() == 1, "{main:?}");
@@ -344,7 +323,7 @@ fn inferred_pod_is_extended_container_by_container() {
 fn inferred_sidecars_first_then_main_gets_a_slice_and_the_pool_follows() {
     let mut r = registry();
     r.admit(
-        inferred_sandbox_spec(pod("i", Some(guaranteed(2, 2)), vec![])),
+        inferred_sandbox_spec(pod_of("i", Some(guaranteed(2_000, 2 * GI)), vec![])),
         Source::Inferred,
     )
     .unwrap();
@@ -356,7 +335,7 @@ fn inferred_sidecars_first_then_main_gets_a_slice_and_the_pool_follows() {
     r.commit_container("c1", "sb", "s1", &s1);
     assert_eq!(s1.cpus.len(), 2, "alone, the sidecar has the whole budget");
     let main = r
-        .decide_container("sb", "main", |_| app("main", guaranteed(1, 1)))
+        .decide_container("sb", "main", |_| app("main", guaranteed(1_000, GI)))
         .unwrap()
         .unwrap();
     assert!(main.exclusive && main.cpus.len() == 1, "{main:?}");
@@ -374,13 +353,13 @@ fn inferred_sidecars_first_then_main_gets_a_slice_and_the_pool_follows() {
 fn inferred_container_that_empties_the_pool_is_rejected() {
     let mut r = registry();
     r.admit(
-        inferred_sandbox_spec(pod("i", Some(guaranteed(2, 2)), vec![])),
+        inferred_sandbox_spec(pod_of("i", Some(guaranteed(2_000, 2 * GI)), vec![])),
         Source::Inferred,
     )
     .unwrap();
     r.commit_sandbox("i", "sb");
     let whole = r
-        .decide_container("sb", "a", |_| app("a", guaranteed(2, 2)))
+        .decide_container("sb", "a", |_| app("a", guaranteed(2_000, 2 * GI)))
         .unwrap()
         .unwrap();
     assert!(whole.exclusive && whole.cpus.len() == 2);
@@ -404,10 +383,13 @@ fn inferred_container_that_empties_the_pool_is_rejected() {
 fn snapshot_round_trips_through_json() {
     let mut r = registry();
     r.admit(
-        pod(
+        pod_of(
             "p",
-            Some(guaranteed(2, 2)),
-            vec![app("a", guaranteed(1, 1)), app("b", Resources::default())],
+            Some(guaranteed(2_000, 2 * GI)),
+            vec![
+                app("a", guaranteed(1_000, GI)),
+                app("b", Resources::default()),
+            ],
         ),
         Source::Spec,
     )
@@ -432,10 +414,10 @@ fn snapshot_round_trips_through_json() {
 fn recovery_drops_what_the_runtime_no_longer_has() {
     let mut r = registry();
     r.admit(
-        pod(
+        pod_of(
             "p",
-            Some(guaranteed(2, 2)),
-            vec![app("a", guaranteed(2, 2))],
+            Some(guaranteed(2_000, 2 * GI)),
+            vec![app("a", guaranteed(2_000, 2 * GI))],
         ),
         Source::Spec,
     )
@@ -459,7 +441,7 @@ fn held_cpus_go_back_with_their_containers() {
         r.adopt_container(Adoption {
             container_id: id.into(),
             sandbox_id: "sb".into(),
-            pod: pod("old", None, vec![]),
+            pod: pod_of("old", None, vec![]),
             name: id.into(),
             cpus: cpus(cpu),
             mems: None,
@@ -512,12 +494,12 @@ fn the_sandbox_index_follows_every_pod_record() {
         }
     };
     r.admit(
-        pod("a", None, vec![app("c", guaranteed(1, 1))]),
+        pod_of("a", None, vec![app("c", guaranteed(1_000, GI))]),
         Source::Spec,
     )
     .unwrap();
     r.admit(
-        pod("b", None, vec![app("c", guaranteed(1, 1))]),
+        pod_of("b", None, vec![app("c", guaranteed(1_000, GI))]),
         Source::Spec,
     )
     .unwrap();

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::placement::config::{MemoryPolicy, ReservedMemory};
-use crate::placement::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
+pub(super) use crate::placement::test_pods::{bare, gu, pod, GI};
+use crate::placement::ContainerRole;
 use crate::topology::{NumaNode, Topology};
 
-pub(super) const GI: u64 = 1 << 30;
 pub(super) const MI2: u64 = 2 << 20;
 
 /// Two NUMA nodes, 16Gi each, node 0 also 1Gi of 2Mi hugepages.
@@ -53,58 +53,6 @@ pub(super) fn config() -> Config {
 
 pub(super) fn mm() -> MemoryManager {
     MemoryManager::new(&topo(), &config()).unwrap()
-}
-
-pub(super) fn gu(name: &str, role: ContainerRole, cpu_milli: u64, mem: u64) -> ContainerSpec {
-    let l = ResourceList {
-        cpu_milli: Some(cpu_milli),
-        memory: Some(mem),
-        hugepages: BTreeMap::new(),
-        extended: BTreeMap::new(),
-    };
-    ContainerSpec {
-        name: name.into(),
-        role,
-        resources: Resources {
-            requests: l.clone(),
-            limits: l,
-        },
-    }
-}
-
-pub(super) fn bare(name: &str, role: ContainerRole) -> ContainerSpec {
-    ContainerSpec {
-        name: name.into(),
-        role,
-        resources: Resources::default(),
-    }
-}
-
-pub(super) fn pod(
-    uid: &str,
-    init: Vec<ContainerSpec>,
-    apps: Vec<ContainerSpec>,
-    pod_level: Option<(u64, u64)>,
-) -> PodSpec {
-    PodSpec {
-        uid: uid.into(),
-        namespace: "default".into(),
-        name: uid.into(),
-        resources: pod_level.map(|(cpu, mem)| {
-            let l = ResourceList {
-                cpu_milli: Some(cpu),
-                memory: Some(mem),
-                hugepages: BTreeMap::new(),
-                extended: BTreeMap::new(),
-            };
-            Resources {
-                requests: l.clone(),
-                limits: l,
-            }
-        }),
-        init_containers: init,
-        containers: apps,
-    }
 }
 
 pub(super) fn mask(ids: &[u32]) -> NumaMask {

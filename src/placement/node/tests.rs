@@ -4,10 +4,9 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::placement::config::{CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory};
-use crate::placement::{ContainerRole, ResourceList, Resources};
+pub(super) use crate::placement::test_pods::{gu, list, pod, GI};
+use crate::placement::{test_pods, ContainerRole};
 use crate::topology::{CpuInfo, NumaNode};
-
-pub(super) const GI: u64 = 1 << 30;
 
 /// kubelet's topoDualSocketHT: 12 CPUs, core = id mod 6, socket = NUMA = id mod 2; 8Gi per node.
 pub(super) fn dual_socket_ht() -> Topology {
@@ -55,51 +54,8 @@ pub(super) fn with_memory(mut c: Config) -> Config {
     c
 }
 
-pub(super) fn list(cpu_milli: u64, mem: u64) -> ResourceList {
-    ResourceList {
-        cpu_milli: Some(cpu_milli),
-        memory: Some(mem),
-        hugepages: BTreeMap::new(),
-        extended: BTreeMap::new(),
-    }
-}
-
-pub(super) fn gu(name: &str, role: ContainerRole, cpu_milli: u64, mem: u64) -> ContainerSpec {
-    ContainerSpec {
-        name: name.into(),
-        role,
-        resources: Resources {
-            requests: list(cpu_milli, mem),
-            limits: list(cpu_milli, mem),
-        },
-    }
-}
-
 pub(super) fn bare(name: &str) -> ContainerSpec {
-    ContainerSpec {
-        name: name.into(),
-        role: ContainerRole::App,
-        resources: Resources::default(),
-    }
-}
-
-pub(super) fn pod(
-    uid: &str,
-    init: Vec<ContainerSpec>,
-    apps: Vec<ContainerSpec>,
-    pod_level: Option<(u64, u64)>,
-) -> PodSpec {
-    PodSpec {
-        uid: uid.into(),
-        namespace: "default".into(),
-        name: uid.into(),
-        resources: pod_level.map(|(c, m)| Resources {
-            requests: list(c, m),
-            limits: list(c, m),
-        }),
-        init_containers: init,
-        containers: apps,
-    }
+    test_pods::bare(name, ContainerRole::App)
 }
 
 pub(super) fn cpus(s: &str) -> CpuSet {

@@ -9,45 +9,10 @@ use crate::placement::config::{
     Config, CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
 };
 use crate::placement::node::{Isolation, Node};
-use crate::placement::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
+use crate::placement::test_pods::{container, guaranteed, pod_of, GI};
+use crate::placement::{ContainerRole, PodSpec, ResourceList, Resources};
 use crate::podresources::Snapshot;
 use crate::topology::SyntheticSpec;
-
-const GI: u64 = 1 << 30;
-
-fn guaranteed(cpu_milli: u64, mem: u64) -> Resources {
-    let list = ResourceList {
-        cpu_milli: Some(cpu_milli),
-        memory: Some(mem),
-        ..Default::default()
-    };
-    Resources {
-        requests: list.clone(),
-        limits: list,
-    }
-}
-
-fn container(name: &str, role: ContainerRole, resources: Resources) -> ContainerSpec {
-    ContainerSpec {
-        name: name.into(),
-        role,
-        resources,
-    }
-}
-
-fn pod(uid: &str, budget: Option<Resources>, containers: Vec<ContainerSpec>) -> PodSpec {
-    let (init, app) = containers
-        .into_iter()
-        .partition(|c| c.role != ContainerRole::App);
-    PodSpec {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("name-{uid}"),
-        resources: budget,
-        init_containers: init,
-        containers: app,
-    }
-}
 
 /// 2 NUMA nodes × 4 CPUs, static CPU and memory policies, 1Gi reserved per node.
 fn registry(scope: TopologyScope) -> Registry {
@@ -92,7 +57,7 @@ fn run(registry: &mut Registry, spec: PodSpec) {
 }
 
 fn plrm_pod(uid: &str) -> PodSpec {
-    pod(
+    pod_of(
         uid,
         Some(guaranteed(3000, 3 * GI)),
         vec![
@@ -161,7 +126,7 @@ fn pod_scope_bubble_and_exclusive_slice() {
 #[test]
 fn container_scope_has_no_pod_level_fields() {
     let mut r = registry(TopologyScope::Container);
-    let spec = pod(
+    let spec = pod_of(
         "c",
         None,
         vec![
@@ -198,7 +163,7 @@ fn burstable_pods_report_no_cpus_and_stopped_pods_vanish() {
     };
     run(
         &mut r,
-        pod("b", None, vec![container("app", ContainerRole::App, burst)]),
+        pod_of("b", None, vec![container("app", ContainerRole::App, burst)]),
     );
     run(&mut r, plrm_pod("a"));
     let snapshot = Snapshot::capture(&r);
@@ -223,7 +188,7 @@ fn burstable_pods_report_no_cpus_and_stopped_pods_vanish() {
 #[test]
 fn sidecars_listed_regular_init_not_extra_records_appended() {
     let mut r = registry(TopologyScope::Pod);
-    let spec = pod(
+    let spec = pod_of(
         "s",
         Some(guaranteed(4000, 2 * GI)),
         vec![
@@ -333,7 +298,7 @@ fn pod_pool_containers_list_no_memory_of_their_own() {
 
     // A budget with no container resources at all (pod-level-resource-demo): no container memory.
     let mut r = registry(TopologyScope::Pod);
-    let spec = pod(
+    let spec = pod_of(
         "d",
         Some(guaranteed(2000, 2 * GI)),
         vec![

@@ -14,7 +14,8 @@ use crate::placement::config::{
     Config, CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
 };
 use crate::placement::node::Node;
-use crate::placement::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
+pub use crate::placement::test_pods::{app, guaranteed, pod_of, GI};
+use crate::placement::{PodSpec, ResourceList, Resources};
 use crate::podresources::{self, Options, PodResourcesService};
 use crate::proto::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
 use crate::state::Checkpoint;
@@ -25,21 +26,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
-pub const GI: u64 = 1 << 30;
-
 pub type Shared = Arc<Mutex<Registry>>;
-
-pub fn guaranteed(cpu_milli: u64, mem: u64) -> Resources {
-    let list = ResourceList {
-        cpu_milli: Some(cpu_milli),
-        memory: Some(mem),
-        ..Default::default()
-    };
-    Resources {
-        requests: list.clone(),
-        limits: list,
-    }
-}
 
 pub fn burstable(cpu_milli: u64) -> Resources {
     Resources {
@@ -51,29 +38,10 @@ pub fn burstable(cpu_milli: u64) -> Resources {
     }
 }
 
-pub fn app(name: &str, resources: Resources) -> ContainerSpec {
-    ContainerSpec {
-        name: name.into(),
-        role: ContainerRole::App,
-        resources,
-    }
-}
-
-pub fn pod(uid: &str, budget: Option<Resources>, containers: Vec<ContainerSpec>) -> PodSpec {
-    PodSpec {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("name-{uid}"),
-        resources: budget,
-        init_containers: vec![],
-        containers,
-    }
-}
-
 /// A PLRM pod: `cpus` whole CPUs of budget, one exclusive container of `cpus - 1` CPUs and one
 /// container on the pod shared pool.
 pub fn plrm_pod(uid: &str, cpus: u64) -> PodSpec {
-    pod(
+    pod_of(
         uid,
         Some(guaranteed(cpus * 1000, cpus * GI)),
         vec![
