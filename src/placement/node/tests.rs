@@ -111,6 +111,7 @@ pub(super) fn node(config: Config) -> Node {
 }
 
 mod adopt;
+mod claims;
 mod classic;
 mod plrm;
 mod start;
