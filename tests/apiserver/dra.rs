@@ -49,13 +49,14 @@ fn claim(cp: &Cp, ns: &str, pool: &str, name: &str, device: &str) {
     );
 }
 
-/// A Guaranteed pod with one exclusive CPU whose container uses `claim`; returns its UID.
-fn pod(cp: &Cp, node: &TestNode, name: &str, claim: &str) -> String {
+/// A Guaranteed pod of `cpu` CPUs (1: an exclusive CPU) whose container uses `claim`; returns
+/// its UID.
+fn pod(cp: &Cp, node: &TestNode, name: &str, claim: &str, cpu: &str) -> String {
     let pod = format!(
         r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}"}},
           "spec":{{"nodeName":"{node}","resourceClaims":[{{"name":"gpu","resourceClaimName":"{claim}"}}],
             "containers":[{{"name":"app","image":"busybox",
-              "resources":{{"requests":{{"cpu":"1","memory":"64Mi"}},"limits":{{"cpu":"1","memory":"64Mi"}},
+              "resources":{{"requests":{{"cpu":"{cpu}","memory":"64Mi"}},"limits":{{"cpu":"{cpu}","memory":"64Mi"}},
                            "claims":[{{"name":"gpu"}}]}}}}]}}}}"#,
         ns = node.namespace,
         node = node.name
@@ -192,9 +193,10 @@ async fn dra_claims_place_and_refuse_by_their_devices_numa_node() {
     ] {
         claim(&cp, &ns, &node.name, name, device);
     }
-    let on_node1 = pod(&cp, &node, "on-node1", "claim-node1");
-    let on_node0 = pod(&cp, &node, "on-node0", "claim-node0");
-    let no_numa = pod(&cp, &node, "no-numa", "claim-nonuma");
+    let on_node1 = pod(&cp, &node, "on-node1", "claim-node1", "1");
+    let on_node0 = pod(&cp, &node, "on-node0", "claim-node0", "1");
+    // 500m: the shared pool (the host's one free CPU goes to on-node0).
+    let no_numa = pod(&cp, &node, "no-numa", "claim-nonuma", "500m");
 
     let socket = dir.join("cri.sock");
     let metrics = {
