@@ -65,6 +65,13 @@ rbac() {
         can_i yes patch pods --subresource=status -n default &&
         can_i yes create events -n default &&
         can_i yes patch events -n default &&
+        can_i yes get resourceclaims.resource.k8s.io -n default &&
+        can_i yes list resourceclaims.resource.k8s.io --all-namespaces &&
+        can_i yes list resourceslices.resource.k8s.io &&
+        can_i yes get resourceslices.resource.k8s.io &&
+        can_i no update resourceclaims.resource.k8s.io -n default &&
+        can_i no update resourceclaims.resource.k8s.io --subresource=status -n default &&
+        can_i no create resourceslices.resource.k8s.io &&
         can_i no delete pods -n default &&
         can_i no update pods -n default &&
         can_i no get secrets -n kube-system &&
@@ -122,9 +129,9 @@ for f in packaging/kubernetes/*.yaml; do
     it_check "kubectl apply --dry-run=server $f" dry_run "$f"
 done
 it_check "a DaemonSet with an unknown field is refused (negative control)" broken_daemonset
-it_check "the sample DRA driver publishes its ResourceSlice with NUMA node and PCIe root attributes" \
+it_check "the sample DRA driver publishes its ResourceSlice with the standard NUMA node, its own NUMA node and PCIe root attributes" \
     "$here/dra-driver/check.sh"
-it_check "numa-shim's RBAC: exactly list/watch/get pods, patch pods/status, create/patch events" rbac
+it_check "numa-shim's RBAC: exactly list/watch/get pods, patch pods/status, create/patch events, get/list DRA claims and slices" rbac
 it_check "both DaemonSet manifests carry the same RBAC" same_rbac
 it_check "a new namespace gets its ServiceAccount within 30 s of an API server outage" after_outage
 it_check "the control plane stops by PID and starts again" again

@@ -55,6 +55,14 @@ pub struct Config {
     /// `events-and-status` (default: `events-and-status` with `podKnowledge: apiserver` or a
     /// `kubeconfig`, else `none`).
     pub refusal_reports: Option<crate::report::ReportMode>,
+    /// Whether decisions read the pods' DRA claims from the API server and place the pod on
+    /// its devices' NUMA nodes (default: on with `podKnowledge: apiserver` or a `kubeconfig`,
+    /// else off; docs/devices.md, "DRA claims").
+    pub dra_claims: Option<bool>,
+    /// Device attributes naming a DRA device's NUMA node, looked at after the standard
+    /// `resource.kubernetes.io/numaNode` (full names, `<driver domain>/<name>`, e.g.
+    /// `gpu.example.com/numaNode`).
+    pub dra_numa_attributes: Option<Vec<String>>,
     /// Where numa-shim serves PodResources v1 (default `<stateDir>/pod-resources/kubelet.sock`;
     /// `none` or an empty path turns the server off).
     pub pod_resources_socket: Option<PathBuf>,
@@ -112,6 +120,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "kubeconfig",
     "nodeName",
     "refusalReports",
+    "draClaims",
+    "draNumaAttributes",
     "podResourcesSocket",
     "kubeletPodResourcesSocket",
     "podResourcesQps",
@@ -432,6 +442,40 @@ logging:
         }
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn dra_keys_parse_and_validate() {
+        let c = parse(
+            "draClaims: true\ndraNumaAttributes: [gpu.example.com/numaNode, dra.net/numa_node]\n",
+        )
+        .unwrap();
+        assert_eq!(c.dra_claims, Some(true));
+        assert_eq!(
+            c.dra_numa_attributes.as_deref(),
+            Some(
+                &[
+                    "gpu.example.com/numaNode".to_string(),
+                    "dra.net/numa_node".to_string()
+                ][..]
+            )
+        );
+        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        for bad in [
+            "numaNode",
+            "/numaNode",
+            "Gpu.Example.com/numaNode",
+            "gpu.example.com/",
+            "gpu.example.com/numa-node",
+            "gpu.example.com/0numa",
+        ] {
+            let c = parse(&format!("draNumaAttributes: [\"{bad}\"]\n")).unwrap();
+            let errors = c.validate();
+            assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+            assert_eq!(errors[0].field, "draNumaAttributes");
+            assert!(errors[0].reason.contains(bad), "{}", errors[0].reason);
+        }
+        assert!(parse("draClaims: maybe\n").is_err());
     }
 
     #[test]

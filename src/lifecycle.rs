@@ -6,6 +6,7 @@
 //! is ever held across a call to the runtime.
 
 pub mod annotations;
+pub mod claims;
 pub mod devices;
 pub mod gauges;
 pub mod hook;
@@ -19,6 +20,7 @@ pub mod runtime;
 pub mod start;
 pub mod store;
 
+pub use claims::{ClaimFuture, ClaimSource, ClaimSourceError};
 pub use devices::{DeviceFuture, DeviceSource, DeviceSourceError};
 pub use hook::PlacementHook;
 pub use placer::{Placer, RegistryGuard};

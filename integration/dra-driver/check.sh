@@ -2,8 +2,8 @@
 # check.sh: the sample DRA driver against the running loopback control plane (lib/apiserver.sh,
 # IT_CP under IT_RUN; apiserver-tests.sh calls it): a DeviceClass for its driver (and a Node
 # object for IT_NODE_NAME when no kubelet registered one), then the driver
-# publishes its ResourceSlice for IT_NODE_NAME, whose devices carry the numaNode and pcieRoot
-# attributes of its config (the DeviceClass's CEL selector on numaNode is accepted by the API
+# publishes its ResourceSlice for IT_NODE_NAME, whose devices carry the standard
+# resource.kubernetes.io/numaNode and the driver's numaNode and pcieRoot attributes of its config (the DeviceClass's CEL selector on numaNode is accepted by the API
 # server). The slice and the class are removed after. Prints what it saw; exit 0 when all of it holds.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +24,7 @@ cleanup() {
     return 0
 }
 trap cleanup EXIT
-# summary: "<node>/<pool> <device> numaNode=N pcieRoot=R" per published device, sorted.
+# summary: "<node>/<pool> <device> numaNode=N standard=N pcieRoot=R" per published device, sorted.
 summary() {
     python3 -c '
 import json, sys
@@ -32,8 +32,9 @@ lines = []
 for s in json.load(sys.stdin)["items"]:
     for d in s["spec"].get("devices", []):
         a = d.get("attributes", {})
-        lines.append("%s/%s %s numaNode=%s pcieRoot=%s" % (s["spec"].get("nodeName"), s["spec"]["pool"]["name"],
-            d["name"], a.get("numaNode", {}).get("int"), a.get("pcieRoot", {}).get("string")))
+        lines.append("%s/%s %s numaNode=%s standard=%s pcieRoot=%s" % (s["spec"].get("nodeName"), s["spec"]["pool"]["name"],
+            d["name"], a.get("numaNode", {}).get("int"), a.get("resource.kubernetes.io/numaNode", {}).get("int"),
+            a.get("pcieRoot", {}).get("string")))
 print("\n".join(sorted(lines)))'
 }
 cat >"$work/config.json" <<'EOS'
@@ -74,7 +75,7 @@ done
 cat "$work/driver.log"
 seen=$(summary <<<"$slices")
 printf "published:\n%s\n" "$seen"
-want="$IT_NODE_NAME/$IT_NODE_NAME gpu0 numaNode=0 pcieRoot=pci0000:00
-$IT_NODE_NAME/$IT_NODE_NAME gpu1 numaNode=1 pcieRoot=pci0000:80"
+want="$IT_NODE_NAME/$IT_NODE_NAME gpu0 numaNode=0 standard=0 pcieRoot=pci0000:00
+$IT_NODE_NAME/$IT_NODE_NAME gpu1 numaNode=1 standard=1 pcieRoot=pci0000:80"
 [[ $seen == "$want" ]] || { printf "want:\n%s\n" "$want"; exit 1; }
 echo "ok: the ResourceSlice names each device's NUMA node and PCIe root"

@@ -1,9 +1,11 @@
 // dra-driver: numa-shim's sample DRA driver for the suite, on the published
 // k8s.io/dynamic-resource-allocation kubeletplugin library. It publishes one ResourceSlice pool
-// (named after the node) with the devices of its config, each carrying the attributes
-// `numaNode` (int) and `pcieRoot` (string) in the driver's domain — what a NUMA-aware consumer
-// reads (pod → claim status → allocated device → ResourceSlice attribute) — and prepares claims
-// by returning CDI device ids `<driver>/gpu=<device>`.
+// (named after the node) with the devices of its config, each carrying the standard attribute
+// `resource.kubernetes.io/numaNode` (int) and the attributes `numaNode` (int) and `pcieRoot`
+// (string) in the driver's domain — what a NUMA-aware consumer such as numa-shim reads (pod →
+// claim status → allocated device → ResourceSlice attribute) — and prepares claims by returning
+// CDI device ids `<driver>/gpu=<device>`. A device whose config has no "numa" gets no NUMA
+// attribute at all (a device without topology).
 //
 // Usage: dra-driver -kubeconfig FILE -node NAME -config FILE -registrar-dir DIR -plugin-dir DIR
 //
@@ -32,6 +34,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// standardNUMANode is the standard NUMA node attribute of DRA devices (KEP-6072).
+const standardNUMANode resourceapi.QualifiedName = "resource.kubernetes.io/numaNode"
+
 // Config is the driver's config file.
 type Config struct {
 	Driver  string         `json:"driver"`
@@ -41,7 +46,7 @@ type Config struct {
 // DeviceConfig is one device and where it hangs off.
 type DeviceConfig struct {
 	Name     string `json:"name"`
-	Numa     int64  `json:"numa"`
+	Numa     *int64 `json:"numa"`
 	PCIeRoot string `json:"pcieRoot"`
 }
 
@@ -49,13 +54,14 @@ type DeviceConfig struct {
 func devices(c *Config) []resourceapi.Device {
 	out := make([]resourceapi.Device, 0, len(c.Devices))
 	for _, d := range c.Devices {
-		out = append(out, resourceapi.Device{
-			Name: d.Name,
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"numaNode": {IntValue: ptr.To(d.Numa)},
-				"pcieRoot": {StringValue: ptr.To(d.PCIeRoot)},
-			},
-		})
+		attributes := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"pcieRoot": {StringValue: ptr.To(d.PCIeRoot)},
+		}
+		if d.Numa != nil {
+			attributes["numaNode"] = resourceapi.DeviceAttribute{IntValue: ptr.To(*d.Numa)}
+			attributes[standardNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(*d.Numa)}
+		}
+		out = append(out, resourceapi.Device{Name: d.Name, Attributes: attributes})
 	}
 	return out
 }

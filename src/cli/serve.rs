@@ -15,6 +15,7 @@ use super::flags::FileFlags;
 use crate::config::{self, Config, LogFormat, PodKnowledge};
 use crate::k8s::kubelet_config::KubeletConfiguration;
 use crate::k8s::Severity;
+use crate::knowledge::apiserver::claims::ClaimReader;
 use crate::knowledge::apiserver::ApiServerOptions;
 use crate::lifecycle::Placer;
 use crate::lifecycle::{self, pool::PoolSettings, SpecSource};
@@ -90,6 +91,10 @@ pub struct Args {
     /// --pod-knowledge apiserver or a kubeconfig, else none].
     #[arg(long, value_enum)]
     pub refusal_reports: Option<ReportMode>,
+    /// Read the pods' DRA claims from the API server and align the pod with its devices' NUMA
+    /// nodes [default: true with --pod-knowledge apiserver or a kubeconfig, else false].
+    #[arg(long)]
+    pub dra_claims: Option<bool>,
     /// Address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long)]
     pub metrics_address: Option<String>,
@@ -124,6 +129,7 @@ impl Args {
             kubeconfig: self.kubeconfig.clone(),
             node_name: self.node_name.clone(),
             refusal_reports: self.refusal_reports,
+            dra_claims: self.dra_claims,
             metrics_address: self.metrics_address.clone(),
             drift_period: self.drift_period.clone(),
             pod_resources_socket: self.pod_resources_socket.clone(),
@@ -153,6 +159,8 @@ pub struct Settings {
     pub spec_source: SpecSource,
     /// Events and pod status for refused pods; `None` when off.
     pub reports: Option<ReportOptions>,
+    /// DRA claims read for decisions; `None` when off.
+    pub claims: Option<ClaimOptions>,
     pub metrics_address: Option<SocketAddr>,
     pub drift_period: Duration,
     pub kubelet: KubeletConfiguration,
@@ -224,6 +232,12 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
     // Decisions take the kubelet's devices from the same socket (docs/devices.md).
     if let (Some(options), Some(kubelet)) = (options.as_mut(), &kubelet) {
         options.devices = Some(kubelet.clone());
+    }
+    // And the pods' DRA claims from the API server (docs/devices.md, "DRA claims").
+    if let (Some(options), Some(claims)) = (options.as_mut(), &settings.claims) {
+        let reader = ClaimReader::new(claims.api.connection()?, &claims.attributes);
+        info!(server = reader.server(), attributes = ?claims.attributes, "DRA claims read from the api server for decisions");
+        options.claims = Some(Arc::new(reader));
     }
     let env = MetricsEnv {
         metrics: metrics.clone(),
@@ -346,6 +360,7 @@ pub fn placement_options(
         pool,
         runtime_wait: None,
         devices: None,
+        claims: None,
     }))
 }
 
@@ -416,6 +431,7 @@ pub fn settings(file: &Config, root: &std::path::Path) -> Result<Settings, super
         topology: file.topology.clone().unwrap_or_else(|| root.join("sys")),
         spec_source: spec_source(file, root)?,
         reports: reports(file, root)?,
+        claims: claims(file, root)?,
         metrics_address: match file.metrics_address.as_deref() {
             Some(text) => Some(
                 text.parse()
@@ -476,6 +492,30 @@ fn reports(file: &Config, root: &Path) -> Result<Option<ReportOptions>, super::C
     Ok(Some(ReportOptions {
         mode,
         api: ApiServerOptions::new(kubeconfig, node_name)?,
+    }))
+}
+
+/// DRA claims in decisions: what they are read with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimOptions {
+    pub api: ApiServerOptions,
+    /// NUMA attribute names after the standard one (`draNumaAttributes`).
+    pub attributes: Vec<String>,
+}
+
+/// DRA claims: on by default wherever numa-shim is given the API server (as refusal reports).
+fn claims(file: &Config, root: &Path) -> Result<Option<ClaimOptions>, super::CliError> {
+    let kubeconfig = file.kubeconfig.clone();
+    let from_api_server = matches!(spec_source(file, root)?, SpecSource::ApiServer(_));
+    let on = file
+        .dra_claims
+        .unwrap_or(from_api_server || kubeconfig.is_some());
+    if !on {
+        return Ok(None);
+    }
+    Ok(Some(ClaimOptions {
+        api: ApiServerOptions::new(kubeconfig, file.node_name.clone())?,
+        attributes: file.dra_numa_attributes.clone().unwrap_or_default(),
     }))
 }
 
@@ -704,6 +744,34 @@ mod tests {
         let text = "refusalReports: events-and-status\nruntime: unix:///rt.sock\n";
         let parsed: Config = serde_yaml_ng::from_str(text).unwrap();
         assert_eq!(parsed.refusal_reports, Some(ReportMode::EventsAndStatus));
+    }
+
+    #[test]
+    fn dra_claims_follow_the_api_server_unless_set() {
+        let file = Config {
+            runtime: Some("unix:///rt.sock".into()),
+            node_name: Some("n1".into()),
+            ..Config::default()
+        };
+        let root = std::path::Path::new("/nonexistent");
+        assert_eq!(resolved(&args(), &file, root).unwrap().claims, None);
+        let with_kubeconfig = Config {
+            kubeconfig: Some("/k.conf".into()),
+            dra_numa_attributes: Some(vec!["gpu.example.com/numaNode".into()]),
+            ..file.clone()
+        };
+        let s = resolved(&args(), &with_kubeconfig, root).unwrap();
+        let claims = s.claims.unwrap();
+        assert_eq!(claims.api.kubeconfig, Some(PathBuf::from("/k.conf")));
+        assert_eq!(claims.attributes, ["gpu.example.com/numaNode"]);
+        let mut a = args();
+        a.dra_claims = Some(false);
+        assert_eq!(resolved(&a, &with_kubeconfig, root).unwrap().claims, None);
+        let on = Config {
+            dra_claims: Some(true),
+            ..file.clone()
+        };
+        assert!(resolved(&args(), &on, root).unwrap().claims.is_some());
     }
 
     #[test]

@@ -63,6 +63,10 @@ impl Config {
         check("crioConfig", opt(self.crio_config.as_deref(), absolute));
         check("nodeName", opt(self.node_name.as_deref(), node_name));
         check(
+            "draNumaAttributes",
+            opt(self.dra_numa_attributes.as_deref(), dra_attributes),
+        );
+        check(
             "podResourcesSocket",
             opt(self.pod_resources_socket.as_deref(), absolute_or_off),
         );
@@ -305,4 +309,36 @@ fn expect(value: &str, wanted: &str) -> Result<(), String> {
     } else {
         Err(format!("{value:?} is not {wanted:?}"))
     }
+}
+
+/// DRA device attribute names in full: `<domain>/<name>`, the domain a DNS subdomain and the name
+/// a C identifier of at most 32 characters (the API server's rule for attribute names).
+fn dra_attributes(names: &[String]) -> Result<(), String> {
+    for full in names {
+        let bad = |why: &str| Err(format!("{full:?}: {why}"));
+        let Some((domain, name)) = full.split_once('/') else {
+            return bad(
+                "needs the driver's domain: <domain>/<name>, e.g. gpu.example.com/numaNode",
+            );
+        };
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if domain.is_empty() || domain.len() > 63 || !domain.split('.').all(label_ok) {
+            return bad("the domain is not a DNS subdomain of at most 63 characters");
+        }
+        let ident = !name.is_empty()
+            && name.len() <= 32
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !name.as_bytes()[0].is_ascii_digit();
+        if !ident {
+            return bad("the name is not a C identifier of at most 32 characters");
+        }
+    }
+    Ok(())
 }

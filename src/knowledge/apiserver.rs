@@ -5,7 +5,9 @@
 //! did (`WatchStats`). Connection settings come from a kubeconfig or the in-cluster service
 //! account (`connection`); `http` sends the requests, also those of the refusal reports
 //! (`crate::report`). The watcher never writes to the API server and never decides placement.
+//! `claims` reads a pod's DRA claims and their devices' NUMA nodes for the decision.
 
+pub mod claims;
 mod connection;
 pub(crate) mod http;
 

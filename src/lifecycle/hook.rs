@@ -172,6 +172,9 @@ mod tests {
     fn every_placement_error_maps_to_one_status() {
         let admission = [
             AdmissionError::TopologyAffinity,
+            AdmissionError::ClaimTopologyAffinity {
+                claims: "ResourceClaim default/gpu (devices on NUMA node 1)".into(),
+            },
             AdmissionError::PodLevelTopologyAffinity {
                 scope: crate::placement::error::RefusingScope::Pod,
             },

@@ -49,6 +49,8 @@ pub struct Placer {
     decision_hook: HookSlot,
     /// What the kubelet's device manager holds (`None`: decisions without devices).
     devices: Option<Arc<dyn super::devices::DeviceSource>>,
+    /// Where the pods' DRA claims are read (`None`: decisions without claims).
+    claims: Option<Arc<dyn super::claims::ClaimSource>>,
 }
 
 /// Where the test-only decision hook is kept.
@@ -102,6 +104,7 @@ impl Placer {
             metrics,
             reporter: None,
             devices: None,
+            claims: None,
             refusals: Mutex::new(Refusals::default()),
             deciding: Arc::new(Semaphore::new(1)),
             #[cfg(any(test, feature = "testing"))]
@@ -261,6 +264,24 @@ impl Placer {
                 tracing::debug!(pod = %pod.uid, error = %err, "the kubelet's devices could not be read; deciding with the devices known before");
                 None
             }
+        }
+    }
+
+    /// Asks `source` for each pod's DRA claims before its admission.
+    pub fn with_claims(mut self, source: Arc<dyn super::claims::ClaimSource>) -> Self {
+        self.claims = Some(source);
+        self
+    }
+
+    /// The pod's DRA claims for its decision, read before any lock is taken; no claims without
+    /// a source or when it fails (logged).
+    pub async fn claim_facts(
+        &self,
+        pod: &crate::placement::PodSpec,
+    ) -> crate::placement::device::claims::ClaimFacts {
+        match &self.claims {
+            Some(source) => super::claims::read(source.as_ref(), pod).await,
+            None => crate::placement::device::claims::ClaimFacts::default(),
         }
     }
 

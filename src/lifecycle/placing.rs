@@ -128,10 +128,13 @@ impl Placer {
         }
         // The kubelet's devices, read before the registry is locked (I/O).
         let devices = self.device_facts(&spec).await;
+        // Its DRA claims' devices and their NUMA nodes (API server reads, before the lock too).
+        let claims = self.claim_facts(&spec).await;
         let (result, allocations, changed, revision) = {
             let (spec, uid) = (spec.clone(), spec.uid.clone());
             self.decide("RunPodSandbox", move |registry| {
                 registry.set_devices(devices.clone());
+                registry.set_claims(claims.clone());
                 let fresh = !registry.pods().contains_key(&uid);
                 let before = registry.last_revision();
                 let result = registry.admit(spec.clone(), source);

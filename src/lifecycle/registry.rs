@@ -181,6 +181,11 @@ impl Registry {
         self.node.set_devices(facts);
     }
 
+    /// The DRA claims of the pod admitted next (docs/devices.md, "DRA claims").
+    pub fn set_claims(&mut self, claims: crate::placement::device::claims::ClaimFacts) {
+        self.node.set_claims(claims);
+    }
+
     /// Reserves resources for a pod (RunPodSandbox, before forwarding). A pod already admitted
     /// (a sandbox re-created for the same UID) keeps what it has: never re-admitted or moved.
     pub fn admit(&mut self, spec: PodSpec, source: Source) -> Result<(), AdmissionError> {

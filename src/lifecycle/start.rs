@@ -64,6 +64,8 @@ pub struct Options {
     pub runtime_wait: Option<Duration>,
     /// Where decisions read the kubelet's devices (`None`: decisions without devices).
     pub devices: Option<Arc<dyn super::devices::DeviceSource>>,
+    /// Where decisions read the pods' DRA claims (`None`: decisions without claims).
+    pub claims: Option<Arc<dyn super::claims::ClaimSource>>,
 }
 
 /// Why placement could not start.
@@ -187,6 +189,9 @@ pub async fn start(
     let mut placer = Placer::new(registry, store, knowledge, metrics.clone());
     if let Some(devices) = options.devices.clone() {
         placer = placer.with_devices(devices);
+    }
+    if let Some(claims) = options.claims.clone() {
+        placer = placer.with_claims(claims);
     }
     if let Some(reports) = &options.reports {
         let connection = reports.api.connection()?;

@@ -6,9 +6,11 @@
 //!
 //! The provider (`DeviceManager`, a [`crate::placement::HintProvider`]) lives in `manager`; how
 //! many devices a container or pod asks for in `requests`; hint generation in `hints`; which
-//! devices a container gets once the hint is chosen in `alloc`.
+//! devices a container gets once the hint is chosen in `alloc`; DRA claims as one more hint input
+//! in `claims`.
 
 pub mod alloc;
+pub mod claims;
 pub mod hints;
 pub mod manager;
 pub mod requests;

@@ -6,6 +6,11 @@ pub enum AdmissionError {
     /// The merged hint does not satisfy the topology policy.
     #[error("Resources cannot be allocated with Topology locality")]
     TopologyAffinity,
+    /// The merged hint does not satisfy the topology policy once the NUMA nodes of the pod's DRA
+    /// devices are merged in, and would without them: the kubelet's reason and message, followed
+    /// by the claims (`ResourceClaim ns/name (devices on NUMA node 1)`; docs/devices.md).
+    #[error("Resources cannot be allocated with Topology locality: {claims}")]
+    ClaimTopologyAffinity { claims: String },
     /// The same for a pod with pod-level resources (PodLevelResourceManagers on): kubelet's
     /// `PodLevelTopologyAffinityError`, whose text names the scope.
     #[error("Pod Scope {}", scope.text())]
@@ -30,9 +35,9 @@ impl AdmissionError {
     /// The kubelet's reason string for the pod status and event.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::TopologyAffinity | Self::PodLevelTopologyAffinity { .. } => {
-                "TopologyAffinityError"
-            }
+            Self::TopologyAffinity
+            | Self::ClaimTopologyAffinity { .. }
+            | Self::PodLevelTopologyAffinity { .. } => "TopologyAffinityError",
             Self::EmptyPodSharedPool { .. } => "EmptyPodSharedPoolError",
             Self::SmtAlignment { .. } => "SMTAlignmentError",
             Self::Unexpected(_) => "UnexpectedAdmissionError",

@@ -20,6 +20,7 @@ pub use resize::ResizeError;
 use self::cpus::CpuBackend;
 use super::config::{Config, TopologyPolicy, TopologyScope};
 use super::cpu::{CpuError, CpuState, CpuUndo};
+use super::device::claims::{self, ClaimFacts};
 use super::device::{DeviceFacts, DeviceManager, Ledger};
 use super::error::RefusingScope;
 use super::memory::{Block, MemoryError, MemoryManager, MemoryState, MemoryUndo};
@@ -117,6 +118,8 @@ pub struct Node {
     topology: Topology,
     config: Config,
     devices: DeviceManager,
+    /// The DRA claims of the pod decided next (`set_claims`); used for that pod only.
+    claims: ClaimFacts,
     cpu: CpuBackend,
     memory: MemoryManager,
     topology_manager: TopologyManager,
@@ -135,6 +138,7 @@ impl Node {
             topology,
             config,
             devices,
+            claims: ClaimFacts::default(),
             cpu,
             memory,
             topology_manager,
@@ -171,6 +175,16 @@ impl Node {
     /// Kept until replaced; `allocated` passes to the next pod admitted.
     pub fn set_devices(&mut self, facts: DeviceFacts) {
         self.devices.set_facts(facts);
+    }
+
+    /// The DRA claims of the pod decided next, with their devices' NUMA nodes (docs/devices.md,
+    /// "DRA claims"). They count for the pod named in them only; kept until replaced.
+    pub fn set_claims(&mut self, claims: ClaimFacts) {
+        self.claims = claims;
+    }
+
+    pub fn claims(&self) -> &ClaimFacts {
+        &self.claims
     }
 
     pub fn device_manager(&self) -> &DeviceManager {
@@ -255,28 +269,30 @@ impl Node {
         match self.config.topology_scope {
             TopologyScope::Container => {
                 for c in containers(pod) {
-                    let hints = [
+                    let claimed = self.claims.container_hints(pod, c, self.numa_nodes());
+                    let mut hints = [
                         self.devices.container_hint_sets(pod, c).map_err(too_wide)?,
                         self.cpu.container_hint_sets(pod, c).map_err(too_wide)?,
                         self.memory.container_hint_sets(pod, c).map_err(too_wide)?,
                     ];
-                    let (hint, admit) = self.merge(&hints)?;
+                    let (hint, admit) = self.merge_with_claims(&mut hints, &claimed)?;
                     if !admit {
-                        return Err(self.affinity_error(pod, RefusingScope::Container));
+                        return Err(self.refusal(pod, RefusingScope::Container, &hints, &claimed));
                     }
                     stored.insert(c.name.clone(), hint.into());
                     self.allocate_container(pod, c, &hint)?;
                 }
             }
             TopologyScope::Pod => {
-                let hints = [
+                let claimed = self.claims.pod_hints(pod, self.numa_nodes());
+                let mut hints = [
                     self.devices.pod_hint_sets(pod).map_err(too_wide)?,
                     self.cpu.pod_hint_sets(pod).map_err(too_wide)?,
                     self.memory.pod_hint_sets(pod).map_err(too_wide)?,
                 ];
-                let (hint, admit) = self.merge(&hints)?;
+                let (hint, admit) = self.merge_with_claims(&mut hints, &claimed)?;
                 if !admit {
-                    return Err(self.affinity_error(pod, RefusingScope::Pod));
+                    return Err(self.refusal(pod, RefusingScope::Pod, &hints, &claimed));
                 }
                 for c in containers(pod) {
                     stored.insert(c.name.clone(), hint.into());
@@ -295,6 +311,44 @@ impl Node {
             }
         }
         Ok(stored)
+    }
+
+    fn numa_nodes(&self) -> &[u32] {
+        self.topology_manager.numa_nodes()
+    }
+
+    /// The merge with the pod's DRA claims as one more device resource each (`hints[0]` is the
+    /// device manager's; the claims are added to it).
+    fn merge_with_claims(
+        &self,
+        hints: &mut [super::HintSets; 3],
+        claimed: &super::ResourceHints,
+    ) -> Result<(TopologyHint, bool), AdmissionError> {
+        hints[0].extend(super::provider::spelled_out(claimed.clone()));
+        self.merge(hints)
+    }
+
+    /// Why the merge refused: when the pod's DRA claims place something and the merge without
+    /// them would have admitted, the claims are the cause and the error names them; else the
+    /// Topology Manager's own error.
+    fn refusal(
+        &self,
+        pod: &PodSpec,
+        scope: RefusingScope,
+        hints: &[super::HintSets; 3],
+        claimed: &super::ResourceHints,
+    ) -> AdmissionError {
+        let placing = self.claims.placing(claimed);
+        if !placing.is_empty() {
+            let mut without = hints.clone();
+            without[0].retain(|res, _| !claimed.contains_key(res));
+            if matches!(self.merge(&without), Ok((_, true))) {
+                return AdmissionError::ClaimTopologyAffinity {
+                    claims: claims::describe(&placing),
+                };
+            }
+        }
+        self.affinity_error(pod, scope)
     }
 
     /// The Topology Manager's refusal: kubelet's `PodLevelTopologyAffinityError` for a pod with

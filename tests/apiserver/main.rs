@@ -8,6 +8,7 @@
 //! Each test has its own namespace and Node object (no kubelet: the pods stay Pending); numa-shim
 //! reaches the API server through a TCP link the test can cut.
 
+mod dra;
 mod refusals;
 mod serve;
 mod support;

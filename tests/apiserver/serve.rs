@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::support::*;
 
-struct Serve {
+pub(super) struct Serve {
     child: Child,
     log: PathBuf,
 }
@@ -27,7 +27,7 @@ impl Drop for Serve {
     }
 }
 
-fn serve(config: &Path, log: &Path, socket: &Path) -> Serve {
+pub(super) fn serve(config: &Path, log: &Path, socket: &Path) -> Serve {
     let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
         .args(["serve", "--config"])
         .arg(config)

@@ -257,6 +257,7 @@ async fn a_runtime_that_does_not_answer_is_named_with_its_socket_and_method() {
         pool: Default::default(),
         runtime_wait: Some(std::time::Duration::from_millis(300)),
         devices: None,
+        claims: None,
         reports: None,
     };
     let metrics = std::sync::Arc::new(numa_shim::telemetry::Metrics::new());

@@ -56,7 +56,7 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         (Some(a), Some(b)) => f(a) != f(b),
         _ => false,
     };
-    let restart: [(&'static str, bool); 16] = [
+    let restart: [(&'static str, bool); 17] = [
         ("listen", old.listen != new.listen),
         ("runtime", old.runtime != new.runtime),
         ("socketMode", old.socket.mode != new.socket.mode),
@@ -70,6 +70,7 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         ("topology", old.topology != new.topology),
         ("podKnowledge", old.spec_source != new.spec_source),
         ("refusalReports", old.reports != new.reports),
+        ("draClaims/draNumaAttributes", old.claims != new.claims),
         ("driftPeriod", old.drift_period != new.drift_period),
         ("crioConfig", old.crio_config != new.crio_config),
         (

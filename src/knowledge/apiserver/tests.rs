@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::*;
 
+mod claims;
 mod server;
 
 use server::{Pki, TestServer};

@@ -125,8 +125,10 @@ type CSpec = (u8, u64, u8);
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// (pod-level cpus, 0 = classic), containers (role: 0 app, 1 init, 2 sidecar).
-    Admit(u64, Vec<CSpec>),
+    /// (pod-level cpus, 0 = classic), containers (role: 0 app, 1 init, 2 sidecar), and maybe a
+    /// DRA claim: its device's NUMA node (possibly one the machine lacks) and the index of the
+    /// container using it.
+    Admit(u64, Vec<CSpec>, Option<(u32, usize)>),
     RemovePod(usize),
     RemoveContainer(usize, usize),
 }
@@ -134,7 +136,12 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let container = (0u8..3, 1u64..=4, 0u8..3);
     prop_oneof![
-        3 => (prop_oneof![Just(0u64), 1u64..=6], prop::collection::vec(container, 1..=3)).prop_map(|(p, c)| Op::Admit(p, c)),
+        3 => (
+            prop_oneof![Just(0u64), 1u64..=6],
+            prop::collection::vec(container, 1..=3),
+            prop::option::weighted(0.4, (0u32..5, 0usize..3)),
+        )
+            .prop_map(|(p, c, claim)| Op::Admit(p, c, claim)),
         1 => (0usize..8).prop_map(Op::RemovePod),
         1 => (0usize..8, 0usize..3).prop_map(|(p, c)| Op::RemoveContainer(p, c)),
     ]
@@ -300,6 +307,72 @@ fn unchanged_but_spread(after: &NodeSnapshot, before: &NodeSnapshot) -> Result<(
     Ok(())
 }
 
+fn claim_facts(
+    p: &PodSpec,
+    claim: Option<&(u32, String)>,
+) -> crate::placement::device::claims::ClaimFacts {
+    use crate::placement::device::claims::{Claim, ClaimFacts};
+    ClaimFacts {
+        pod_uid: p.uid.clone(),
+        claims: claim
+            .map(|(numa, container)| Claim {
+                name: format!("default/{}-claim", p.uid),
+                containers: std::iter::once(container.clone()).collect(),
+                devices: vec![crate::placement::device::Device {
+                    id: "gpu.example.com/pool/gpu".into(),
+                    numa_nodes: vec![*numa],
+                }],
+            })
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// A pod admitted with a claim under `single-numa-node` or `restricted`: the hint of every
+/// container the claim counts for (the one using it, container scope; all, pod scope) is the
+/// claim's node, a node the machine has.
+fn check_claim(
+    n: &Node,
+    setup: &Setup,
+    placed: &PodPlacement,
+    claim: Option<&(u32, String)>,
+) -> Result<(), TestCaseError> {
+    let Some((numa, container)) = claim else {
+        return Ok(());
+    };
+    if !matches!(
+        setup.policy,
+        TopologyPolicy::SingleNumaNode | TopologyPolicy::Restricted
+    ) {
+        return Ok(());
+    }
+    prop_assert!(
+        n.topology().numa.iter().any(|m| m.id == *numa),
+        "admitted with a claim on NUMA node {numa}, which the machine lacks"
+    );
+    for c in &placed.containers {
+        if setup.scope == TopologyScope::Container && c.name != *container {
+            continue;
+        }
+        let Some(hint) = c.hint else { continue };
+        // single-numa-node stores the machine's only node as "any" (the default mask).
+        let affinity = hint
+            .affinity
+            .unwrap_or_else(|| NumaMask::from_ids(n.topology().numa.iter().map(|m| m.id)));
+        prop_assert!(
+            affinity.is_set(*numa),
+            "{}: hint {:?} without the claim's node {}",
+            c.name,
+            affinity,
+            numa
+        );
+        if setup.policy == TopologyPolicy::SingleNumaNode {
+            prop_assert_eq!(affinity.count(), 1);
+        }
+    }
+    Ok(())
+}
+
 /// Right after admission of a PLRM pod: the pod pool is the bubble minus live exclusive slices.
 fn check_pool(p: &PodPlacement) -> Result<(), TestCaseError> {
     let Some(bubble) = &p.cpus else { return Ok(()) };
@@ -341,12 +414,19 @@ fn run(setup: &Setup, ops: &[Op]) -> Result<(Node, Vec<String>), TestCaseError> 
     let mut log = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         match op {
-            Op::Admit(pc, cs) => {
+            Op::Admit(pc, cs, claim) => {
                 let p = build_pod(i, *pc, cs);
+                let claim = claim.map(|(numa, k)| {
+                    let all: Vec<&ContainerSpec> =
+                        p.init_containers.iter().chain(&p.containers).collect();
+                    (numa, all[k % all.len()].name.clone())
+                });
+                n.set_claims(claim_facts(&p, claim.as_ref()));
                 let before = n.snapshot();
                 match n.admit(&p) {
                     Ok(placed) => {
                         check_pool(&placed)?;
+                        check_claim(&n, setup, &placed, claim.as_ref())?;
                         log.push(format!("{placed:?}"));
                         admitted.push(p.uid.clone());
                     }

@@ -67,6 +67,7 @@ pub(super) fn node(config: Config) -> Node {
 }
 
 mod adopt;
+mod claims;
 mod classic;
 mod plrm;
 mod start;

@@ -139,6 +139,7 @@ impl Shim {
             },
             runtime_wait: Some(Duration::from_secs(5)),
             devices: None,
+            claims: None,
         };
         let started = lifecycle::start(options, runtime.path.clone(), Arc::new(Metrics::new()))
             .await

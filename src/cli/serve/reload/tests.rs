@@ -18,6 +18,7 @@ fn base() -> Settings {
         topology: PathBuf::from("/sys"),
         spec_source: SpecSource::CriOnly,
         reports: None,
+        claims: None,
         metrics_address: Some("127.0.0.1:9464".parse().unwrap()),
         drift_period: Duration::from_secs(10),
         pod_resources: Some(crate::podresources::Options::new(
