@@ -102,7 +102,15 @@ impl Registry {
             id: container_id.to_string(),
             name: record.name.clone(),
         };
-        let new = infer::resized(&current, cri);
+        // Rule C2 (docs/pod-knowledge.md): a container of a pod-level budget sent exactly the
+        // budget's limits declared none of its own; the kubelet sends the same on a resize.
+        let own_none = current == Resources::default()
+            && infer::container(&pod.spec, &record.name, cri).resources == Resources::default();
+        let new = if own_none {
+            current.clone()
+        } else {
+            infer::resized(&current, cri)
+        };
         if new == current {
             return Ok(Some(Resized {
                 pod_uid: uid,
