@@ -154,7 +154,7 @@ impl ResizeRefused {
     /// does not have.
     pub fn code(&self) -> Code {
         use crate::placement::node::ResizeError as E;
-        match &self.error {
+        match self.error.as_ref() {
             e if e.is_exhausted() => Code::ResourceExhausted,
             E::UnknownPod(_) | E::UnknownContainer { .. } => Code::NotFound,
             _ => Code::FailedPrecondition,

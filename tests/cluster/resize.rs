@@ -41,7 +41,11 @@ fn resize_conditions(pod: &Value) -> Vec<String> {
         .cloned()
         .unwrap_or_default()
         .iter()
-        .filter(|c| c["type"].as_str().is_some_and(|t| t.starts_with("PodResize")))
+        .filter(|c| {
+            c["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("PodResize"))
+        })
         .map(|c| format!("{}/{}/{}", c["type"], c["reason"], c["message"]))
         .collect()
 }
@@ -53,7 +57,10 @@ async fn wait_actuated(c: &Cluster, pod: &str, cpu: &str) -> Value {
     loop {
         let p = pod_json(c, pod);
         let status = &p["status"]["containerStatuses"][0]["resources"];
-        let got = status["requests"]["cpu"].as_str().unwrap_or_default().to_string();
+        let got = status["requests"]["cpu"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if got == cpu && resize_conditions(&p).is_empty() {
             return p;
         }
@@ -93,14 +100,20 @@ async fn kubectl_resize_grows_shrinks_and_shows_a_refusal() {
     resize(&c, "resizable", "1");
     wait_actuated(&c, "resizable", "1").await;
     let seen = c.wait_kernel(&[("resizable", "app", "1")]).await;
-    assert_eq!(seen["resizable"]["app"].quota, -1, "exclusive: no CFS quota");
+    assert_eq!(
+        seen["resizable"]["app"].quota, -1,
+        "exclusive: no CFS quota"
+    );
     assert_eq!(placed(&c.placement(), "resizable"), ("1".to_string(), true));
     c.assert_consistent().await;
 
     resize(&c, "resizable", "500m");
     wait_actuated(&c, "resizable", "500m").await;
     c.wait_kernel(&[("resizable", "app", "0-1")]).await;
-    assert_eq!(placed(&c.placement(), "resizable").1, false);
+    assert!(
+        !placed(&c.placement(), "resizable").1,
+        "back on the shared pool"
+    );
     c.assert_consistent().await;
     let metrics = c.shim.metrics_text();
     assert_eq!(
@@ -141,12 +154,14 @@ async fn kubectl_resize_grows_shrinks_and_shows_a_refusal() {
     assert_eq!(placed(&c.placement(), "pinned"), ("1".to_string(), true));
     let p = pod_json(&c, "pinned");
     assert_eq!(
-        p["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"],
-        "1",
+        p["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"], "1",
         "the kubelet reports the old resources"
     );
     assert!(
-        sample(&c.shim.metrics_text(), "numa_shim_resizes_total{outcome=\"refused\"}") >= 1.0
+        sample(
+            &c.shim.metrics_text(),
+            "numa_shim_resizes_total{outcome=\"refused\"}"
+        ) >= 1.0
     );
     c.assert_consistent().await;
 

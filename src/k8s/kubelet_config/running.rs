@@ -123,7 +123,11 @@ impl KubeletConfiguration {
                     .to_string(),
             });
         }
-        if self.feature_gates.get("InPlacePodLevelResourcesVerticalScaling") == Some(&false) {
+        if self
+            .feature_gates
+            .get("InPlacePodLevelResourcesVerticalScaling")
+            == Some(&false)
+        {
             out.push(KubeletFinding {
                 severity: Severity::Warning,
                 field: "featureGates",

@@ -69,7 +69,7 @@ pub struct ResizeRefused {
     pub what: String,
     pub pod: String,
     pub asked: String,
-    pub error: ResizeError,
+    pub error: Box<ResizeError>,
     pub keeps: String,
 }
 
@@ -127,7 +127,7 @@ impl Registry {
                 what: format!("container {:?}", record.name),
                 pod: label,
                 asked: describe(&current, &new),
-                error,
+                error: Box::new(error),
                 keeps: format!("cpus {}", record.cpus),
             });
         }
@@ -205,7 +205,7 @@ impl Registry {
                 what: "the pod-level budget".to_string(),
                 pod: label,
                 asked: describe(&current, &new),
-                error,
+                error: Box::new(error),
                 keeps,
             });
         }

@@ -548,15 +548,22 @@ mod resize_props {
     #[derive(Debug, Clone)]
     enum Op {
         Admit(usize, u64),
-        Resize { pod: usize, cpus: u64, runtime_ok: bool },
+        Resize {
+            pod: usize,
+            cpus: u64,
+            runtime_ok: bool,
+        },
         Stop(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             (0..3usize, 1..3u64).prop_map(|(p, n)| Op::Admit(p, n)),
-            (0..3usize, 1..5u64, any::<bool>())
-                .prop_map(|(pod, cpus, runtime_ok)| Op::Resize { pod, cpus, runtime_ok }),
+            (0..3usize, 1..5u64, any::<bool>()).prop_map(|(pod, cpus, runtime_ok)| Op::Resize {
+                pod,
+                cpus,
+                runtime_ok
+            }),
             (0..3usize).prop_map(Op::Stop),
         ]
     }
@@ -591,11 +598,19 @@ mod resize_props {
             if !c.exclusive {
                 continue;
             }
-            prop_assert!(seen.intersection(&c.cpus).is_empty(), "{id}: {} granted twice", c.cpus);
+            prop_assert!(
+                seen.intersection(&c.cpus).is_empty(),
+                "{id}: {} granted twice",
+                c.cpus
+            );
             seen = seen.union(&c.cpus);
             prop_assert_eq!(r.desired(c), Some(c.cpus.clone()), "{} stale", id);
             if let Some(first) = admitted.get(id) {
-                prop_assert!(first.is_subset(&c.cpus), "{id}: promised {first} lost: {}", c.cpus);
+                prop_assert!(
+                    first.is_subset(&c.cpus),
+                    "{id}: promised {first} lost: {}",
+                    c.cpus
+                );
             }
         }
         prop_assert!(r.node().shared_cpus().intersection(&seen).is_empty());

@@ -212,7 +212,11 @@ fn resize_gates_turned_off_are_warnings_naming_the_kubelet_versions() {
         .iter()
         .all(|f| (f.field, f.severity) == ("featureGates", Severity::Warning)));
     assert!(findings[0].message.contains("v1.34"), "{}", findings[0]);
-    assert!(findings[1].message.contains("v1.35 needs it"), "{}", findings[1]);
+    assert!(
+        findings[1].message.contains("v1.35 needs it"),
+        "{}",
+        findings[1]
+    );
     // Gates on (or left to their defaults): nothing to say.
     let on: KubeletConfiguration = serde_yaml_ng::from_str(&format!(
         "{off}featureGates: {{InPlacePodLevelResourcesVerticalScaling: true}}\n"
