@@ -1,5 +1,5 @@
 //! The pod lifecycle as numa-shim sees it through CRI: admit at RunPodSandbox, place at
-//! CreateContainer, keep cpusets at UpdateContainerResources, release at Stop/Remove, push pool
+//! CreateContainer, resize in place at UpdateContainerResources / UpdatePodSandboxResources, release at Stop/Remove, push pool
 //! changes to running containers, and survive restarts.
 //!
 //! `registry` is pure bookkeeping around the decision core; the rest is the async shell. No lock
@@ -16,6 +16,7 @@ pub mod pool;
 pub mod recover;
 pub mod refusals;
 pub mod registry;
+pub mod resize;
 pub mod runtime;
 pub mod start;
 pub mod store;

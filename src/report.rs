@@ -62,6 +62,9 @@ pub enum Stage {
     Admission,
     /// CreateContainer of a pod whose sandbox runs (inferred pods only).
     Container,
+    /// An in-place resize of a running pod (UpdateContainerResources /
+    /// UpdatePodSandboxResources): an Event only, the pod runs on.
+    Resize,
 }
 
 /// One refusal, as the hook saw it.

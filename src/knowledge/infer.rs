@@ -120,6 +120,51 @@ pub fn resources(cri: &CriResources) -> Resources {
     }
 }
 
+/// `MilliCPUToShares`: the `cpu_shares` the kubelet sends for a CPU request (2 without one).
+pub fn shares_from_milli(milli: Option<u64>) -> i64 {
+    milli.map_or(2, |m| {
+        ((m.min(u64::MAX / 1024) * 1024 / 1000) as i64).clamp(2, MAX_SHARES)
+    })
+}
+
+/// `MilliCPUToQuota`: the `cpu_quota` the kubelet sends for a CPU limit and period.
+pub fn quota_from_milli(milli: u64, period: i64) -> i64 {
+    ((milli.min(MAX_QUOTA as u64) as i64).saturating_mul(period) / 1000).max(1000)
+}
+
+/// `current` resources with what an UpdateContainerResources (or UpdatePodSandboxResources)
+/// says differently (in-place resize). A field the request leaves unset (0) or sends as the
+/// kubelet would for `current` keeps its value, so a request that only restates the resources
+/// changes nothing and CRI's rounding never moves a request: the CPU request from `cpu_shares`,
+/// the CPU limit from `cpu_quota`/`cpu_period` (no quota: the limit stays), the memory limit
+/// from `memory_limit_in_bytes`, and with it the memory request where it equalled the limit
+/// (CRI carries no memory request; Guaranteed containers have them equal).
+pub fn resized(current: &Resources, cri: &CriResources) -> Resources {
+    let mut new = current.clone();
+    if cri.cpu_shares > 0 && cri.cpu_shares != shares_from_milli(current.requests.cpu_milli) {
+        new.requests.cpu_milli = request_milli_from_shares(cri.cpu_shares);
+    }
+    if cri.cpu_quota > 0 && cri.cpu_period > 0 {
+        let same = current
+            .limits
+            .cpu_milli
+            .is_some_and(|m| quota_from_milli(m, cri.cpu_period) == cri.cpu_quota);
+        if !same {
+            new.limits.cpu_milli = limit_milli_from_quota(cri.cpu_quota, cri.cpu_period);
+        }
+    }
+    if cri.memory_limit_in_bytes > 0 {
+        let limit = cri.memory_limit_in_bytes.min(MAX_MEMORY) as u64;
+        if current.limits.memory != Some(limit) {
+            if current.requests.memory == current.limits.memory {
+                new.requests.memory = Some(limit);
+            }
+            new.limits.memory = Some(limit);
+        }
+    }
+    new
+}
+
 /// A pod as RunPodSandbox shows it: the sandbox's `linux.resources` become the pod budget
 /// (rule P1); the container list is filled in as CreateContainer calls arrive.
 pub fn pod_from_sandbox(uid: &str, namespace: &str, name: &str, sandbox: &CriResources) -> PodSpec {
@@ -229,6 +274,56 @@ mod tests {
             // Unchecked values still never overflow.
             let _ = resources(&c);
         }
+    }
+
+    #[test]
+    fn resized_changes_only_what_the_request_says_differently() {
+        let two = resources(&cri(2048, 200_000, 2 << 30));
+        // The same values, or nothing set: no change.
+        assert_eq!(resized(&two, &cri(2048, 200_000, 2 << 30)), two);
+        assert_eq!(resized(&two, &CriResources::default()), two);
+        // A grow to 4 CPUs and 4Gi.
+        let four = resized(&two, &cri(4096, 400_000, 4 << 30));
+        assert_eq!(four.requests.cpu_milli, Some(4000));
+        assert_eq!(four.limits.cpu_milli, Some(4000));
+        assert_eq!(four.requests.memory, Some(4 << 30));
+        assert_eq!(four.limits.memory, Some(4 << 30));
+        // The memory pass: new memory, the CPU values as they are.
+        let mem = resized(&two, &cri(2048, 200_000, 3 << 30));
+        assert_eq!(mem.requests.cpu_milli, Some(2000));
+        assert_eq!(mem.requests.memory, Some(3 << 30));
+        // A request the shares round down (1500m → 1536 shares) stays as the spec has it.
+        let mut odd = two.clone();
+        odd.requests.cpu_milli = Some(1501);
+        assert_eq!(
+            resized(&odd, &cri(shares_from_milli(Some(1501)), 200_000, 2 << 30)),
+            odd
+        );
+        // A burstable memory request is not the limit: only the limit moves.
+        let mut burst = two.clone();
+        burst.requests.memory = Some(1 << 30);
+        let b = resized(&burst, &cri(2048, 200_000, 3 << 30));
+        assert_eq!(
+            (b.requests.memory, b.limits.memory),
+            (Some(1 << 30), Some(3 << 30))
+        );
+        // No quota in the request: the limit stays.
+        assert_eq!(resized(&two, &cri(2048, -1, 2 << 30)), two);
+    }
+
+    #[test]
+    fn kubelet_formulas_round_trip_through_inference() {
+        for milli in [1000u64, 1500, 2000, 4000, 64_000] {
+            assert_eq!(
+                request_milli_from_shares(shares_from_milli(Some(milli))),
+                Some(milli)
+            );
+            assert_eq!(
+                limit_milli_from_quota(quota_from_milli(milli, 100_000), 100_000),
+                Some(milli)
+            );
+        }
+        assert_eq!(shares_from_milli(None), 2);
     }
 
     #[test]

@@ -43,6 +43,7 @@ impl PlacementError {
             Self::State(_) => Code::Unavailable,
             Self::Decide(DecideError::Failed { .. }) => Code::Internal,
             Self::Decide(DecideError::Busy { .. }) => Code::Unavailable,
+            Self::Resize(refused) => refused.code(),
         };
         Status::new(code, self.to_string())
     }
@@ -108,14 +109,41 @@ impl PlacementHook {
             PlacementError::Again { reason, message } => {
                 self.placer.refused(meta, reason, message, stage);
             }
-            PlacementError::Input(_) | PlacementError::State(_) | PlacementError::Decide(_) => {}
+            PlacementError::Input(_)
+            | PlacementError::State(_)
+            | PlacementError::Decide(_)
+            | PlacementError::Resize(_) => {}
         }
     }
 
-    fn update_container_resources(
+    /// An in-place resize (docs/resize.md): the container's new placement goes to the
+    /// runtime; a resize that changes nothing keeps numa-shim's cpuset.
+    async fn update_container_resources(
         &self,
         req: &cri::UpdateContainerResourcesRequest,
     ) -> Decision<Decided> {
+        match self.placer.resize_container(req).await {
+            Ok(Some(resized)) if resized.undo.is_some() => {
+                let patch = resized
+                    .decision
+                    .as_ref()
+                    .map_or_else(Patch::default, |d| Patch {
+                        resources: resources_patch(&d.cpus, d.mems.clone(), d.cpu_quota),
+                        ..Patch::default()
+                    });
+                return Decision::Forward {
+                    patch,
+                    decided: Decided::Resized(Box::new(resized)),
+                };
+            }
+            Ok(_) => {}
+            Err(err) => {
+                if !matches!(err, PlacementError::Resize(_)) {
+                    warn!(container = %req.container_id, error = %err, "resize refused");
+                }
+                return Decision::Reject(err.status());
+            }
+        }
         let Some(record) = self.placer.kept(req) else {
             return Decision::Continue;
         };
@@ -141,7 +169,22 @@ impl Hook for PlacementHook {
         match request {
             CriRequest::RunPodSandbox(req) => self.run_pod_sandbox(req).await,
             CriRequest::CreateContainer(req) => self.create_container(req).await,
-            CriRequest::UpdateContainerResources(req) => self.update_container_resources(req),
+            CriRequest::UpdateContainerResources(req) => self.update_container_resources(req).await,
+            CriRequest::UpdatePodSandboxResources(req) => {
+                match self.placer.resize_sandbox(req).await {
+                    Ok(Some(resized)) if resized.undo.is_some() => Decision::Forward {
+                        patch: Patch::default(),
+                        decided: Decided::Resized(Box::new(resized)),
+                    },
+                    Ok(_) => Decision::Continue,
+                    Err(err) => {
+                        if !matches!(err, PlacementError::Resize(_)) {
+                            warn!(sandbox = %req.pod_sandbox_id, error = %err, "pod resize refused");
+                        }
+                        Decision::Reject(err.status())
+                    }
+                }
+            }
             _ => Decision::Continue,
         }
     }

@@ -291,6 +291,11 @@ impl Placer {
         self
     }
 
+    /// Where refusals are reported, if anywhere.
+    pub(super) fn reporter(&self) -> Option<&Reporter> {
+        self.reporter.as_ref()
+    }
+
     /// Hands a refusal (the kubelet's reason and message) to the reporter, if any (never
     /// waits). Replayed refusals are handed over too: the reporter bumps the Event's count.
     pub(super) fn refused(

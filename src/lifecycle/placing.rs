@@ -20,7 +20,9 @@ use tracing::{debug, info, warn};
 use super::gauges::{admission_allocations, container_assignments};
 use super::placer::{DecideError, Placer};
 use super::refusals::Recorded;
-use super::registry::{inferred_sandbox_spec, ContainerDecision, ContainerRecord, Source};
+use super::registry::{
+    inferred_sandbox_spec, ContainerDecision, ContainerRecord, ResizeRefused, Resized, Source,
+};
 use super::store::StoreError;
 use crate::knowledge::infer::{self, CriResources, InferError};
 use crate::knowledge::SpecOrigin;
@@ -49,6 +51,9 @@ pub enum PlacementError {
     /// The decision did not come back (it panicked, or the registry kept changing under it).
     #[error(transparent)]
     Decide(#[from] DecideError),
+    /// An in-place resize the decision core refuses: nothing changed.
+    #[error(transparent)]
+    Resize(#[from] ResizeRefused),
 }
 
 impl PlacementError {
@@ -70,6 +75,9 @@ pub enum Decided {
     },
     /// UpdateContainerResources: numa-shim's own cpuset was kept.
     Kept,
+    /// UpdateContainerResources / UpdatePodSandboxResources: an in-place resize, applied and
+    /// undone if the runtime refuses the call.
+    Resized(Box<Resized>),
 }
 
 /// An admitted pod: what the sandbox annotation records.
@@ -302,6 +310,10 @@ impl Placer {
     /// containers may need new cpusets. What the runtime did is answered as it did it.
     pub async fn record(&self, request: &CriRequest, decided: Option<Decided>, outcome: &Outcome) {
         let ok = outcome.status.code() == Code::Ok;
+        if let Some(Decided::Resized(resized)) = &decided {
+            self.resize_done(resized, outcome.status.code());
+            return;
+        }
         let (changed, pools) = self.record_outcome(request, decided, outcome.response.as_ref(), ok);
         if changed {
             self.persist_soon();

@@ -17,6 +17,7 @@ use crate::placement::node::{
 use crate::placement::{AdmissionError, ContainerRole, ContainerSpec, PodSpec, Resources};
 
 pub use adopt::{Adoption, FoundContainer, FoundPod};
+pub use resize::{ResizeRefused, ResizeTarget, ResizeUndo, Resized, Undone};
 
 /// Where a pod's spec came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -627,10 +628,11 @@ pub fn inferred_sandbox_spec(mut spec: PodSpec) -> PodSpec {
 }
 
 fn has_container(spec: &PodSpec, name: &str) -> bool {
-    spec.init_containers
-        .iter()
-        .chain(&spec.containers)
-        .any(|c| c.name == name)
+    containers_of(spec).any(|c| c.name == name)
+}
+
+fn containers_of(spec: &PodSpec) -> impl Iterator<Item = &ContainerSpec> {
+    spec.init_containers.iter().chain(&spec.containers)
 }
 
 fn decision(p: &ContainerPlacement) -> ContainerDecision {
@@ -644,5 +646,6 @@ fn decision(p: &ContainerPlacement) -> ContainerDecision {
 }
 
 mod adopt;
+mod resize;
 #[cfg(test)]
 mod tests;

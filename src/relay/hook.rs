@@ -9,13 +9,15 @@ use tonic::Status;
 
 use crate::proto::cri::v1 as cri;
 
-/// The CRI methods the relay decodes. The first three may be rewritten; the others are only
+/// The CRI methods the relay decodes. The first four are asked about (the first three may be
+/// rewritten); the others are only
 /// observed (their outcome is reported to [`Hook::after`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
     RunPodSandbox,
     CreateContainer,
     UpdateContainerResources,
+    UpdatePodSandboxResources,
     StopPodSandbox,
     RemovePodSandbox,
     StopContainer,
@@ -29,6 +31,7 @@ pub enum CriRequest {
     RunPodSandbox(Box<cri::RunPodSandboxRequest>),
     CreateContainer(Box<cri::CreateContainerRequest>),
     UpdateContainerResources(Box<cri::UpdateContainerResourcesRequest>),
+    UpdatePodSandboxResources(Box<cri::UpdatePodSandboxResourcesRequest>),
     StopPodSandbox(cri::StopPodSandboxRequest),
     RemovePodSandbox(cri::RemovePodSandboxRequest),
     StopContainer(cri::StopContainerRequest),
@@ -41,6 +44,7 @@ pub enum CriResponse {
     RunPodSandbox(cri::RunPodSandboxResponse),
     CreateContainer(cri::CreateContainerResponse),
     UpdateContainerResources(cri::UpdateContainerResourcesResponse),
+    UpdatePodSandboxResources(cri::UpdatePodSandboxResourcesResponse),
     StopPodSandbox(cri::StopPodSandboxResponse),
     RemovePodSandbox(cri::RemovePodSandboxResponse),
     StopContainer(cri::StopContainerResponse),
@@ -73,7 +77,8 @@ impl Decision<()> {
 ///
 /// Where they land: RunPodSandbox → `config.linux.resources` / `config.annotations`;
 /// CreateContainer → `config.linux.resources` / `config.annotations`;
-/// UpdateContainerResources → `linux` / `annotations`.
+/// UpdateContainerResources → `linux` / `annotations`; UpdatePodSandboxResources: nothing (a
+/// patch for it is ignored).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Patch {
     /// Linux resource fields to set.
@@ -103,8 +108,8 @@ pub struct Outcome {
 
 /// Plugged into the relay to decide on and observe the decoded calls.
 ///
-/// Contract: `before` runs for RunPodSandbox, CreateContainer and UpdateContainerResources
-/// before anything is forwarded. For every call that was forwarded (all observed methods, and
+/// Contract: `before` runs for RunPodSandbox, CreateContainer, UpdateContainerResources and
+/// UpdatePodSandboxResources before anything is forwarded. For every call that was forwarded (all observed methods, and
 /// intercepted ones that `before` let through) `after` runs exactly once with the runtime's
 /// outcome, even if the caller went away meanwhile. A call cut off by the caller's deadline or
 /// hang-up is cancelled at the runtime; its outcome is then what the runtime shows when asked:
@@ -165,10 +170,11 @@ const RUNTIME: &str = "/runtime.v1.RuntimeService/";
 
 impl Method {
     /// Every decoded method.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::RunPodSandbox,
         Self::CreateContainer,
         Self::UpdateContainerResources,
+        Self::UpdatePodSandboxResources,
         Self::StopPodSandbox,
         Self::RemovePodSandbox,
         Self::StopContainer,
@@ -187,6 +193,7 @@ impl Method {
             Self::RunPodSandbox => "RunPodSandbox",
             Self::CreateContainer => "CreateContainer",
             Self::UpdateContainerResources => "UpdateContainerResources",
+            Self::UpdatePodSandboxResources => "UpdatePodSandboxResources",
             Self::StopPodSandbox => "StopPodSandbox",
             Self::RemovePodSandbox => "RemovePodSandbox",
             Self::StopContainer => "StopContainer",
@@ -198,7 +205,10 @@ impl Method {
     pub fn is_intercepted(self) -> bool {
         matches!(
             self,
-            Self::RunPodSandbox | Self::CreateContainer | Self::UpdateContainerResources
+            Self::RunPodSandbox
+                | Self::CreateContainer
+                | Self::UpdateContainerResources
+                | Self::UpdatePodSandboxResources
         )
     }
 }
@@ -211,6 +221,9 @@ impl CriRequest {
             Method::CreateContainer => Self::CreateContainer(Box::new(Message::decode(message)?)),
             Method::UpdateContainerResources => {
                 Self::UpdateContainerResources(Box::new(Message::decode(message)?))
+            }
+            Method::UpdatePodSandboxResources => {
+                Self::UpdatePodSandboxResources(Box::new(Message::decode(message)?))
             }
             Method::StopPodSandbox => Self::StopPodSandbox(Message::decode(message)?),
             Method::RemovePodSandbox => Self::RemovePodSandbox(Message::decode(message)?),
@@ -225,6 +238,7 @@ impl CriRequest {
             Self::RunPodSandbox(_) => Method::RunPodSandbox,
             Self::CreateContainer(_) => Method::CreateContainer,
             Self::UpdateContainerResources(_) => Method::UpdateContainerResources,
+            Self::UpdatePodSandboxResources(_) => Method::UpdatePodSandboxResources,
             Self::StopPodSandbox(_) => Method::StopPodSandbox,
             Self::RemovePodSandbox(_) => Method::RemovePodSandbox,
             Self::StopContainer(_) => Method::StopContainer,
@@ -241,6 +255,9 @@ impl CriResponse {
             Method::CreateContainer => Self::CreateContainer(Message::decode(message)?),
             Method::UpdateContainerResources => {
                 Self::UpdateContainerResources(Message::decode(message)?)
+            }
+            Method::UpdatePodSandboxResources => {
+                Self::UpdatePodSandboxResources(Message::decode(message)?)
             }
             Method::StopPodSandbox => Self::StopPodSandbox(Message::decode(message)?),
             Method::RemovePodSandbox => Self::RemovePodSandbox(Message::decode(message)?),
@@ -283,7 +300,7 @@ mod tests {
             .into_iter()
             .filter(|m| m.is_intercepted())
             .collect();
-        assert_eq!(intercepted.len(), 3);
+        assert_eq!(intercepted.len(), 4);
     }
 
     #[test]

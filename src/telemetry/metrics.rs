@@ -70,6 +70,7 @@ pub struct Metrics {
     pod_refusals: ScalarFamily,
     apiserver_watch: ScalarFamily,
     refusal_reports: ScalarFamily,
+    resizes: ScalarFamily,
     build_info: ScalarFamily,
     collectors: Collectors,
 }
@@ -279,6 +280,14 @@ impl Metrics {
                  or replaced), failure (a write failed for good), dropped (queue full).",
                 OUTCOME,
             ),
+            resizes: ScalarFamily::counter(
+                "numa_shim_resizes_total",
+                "In-place resizes (UpdateContainerResources / UpdatePodSandboxResources that change \
+                 a container's or a pod budget's resources), by outcome: applied, refused (numa-shim \
+                 answered with the reason), rolled_back (the runtime refused the call: undone), \
+                 rollback_kept (undoing was refused; the resized state stays).",
+                OUTCOME,
+            ),
             build_info: ScalarFamily::gauge(
                 "numa_shim_build_info",
                 "Always 1, labelled with the numa-shim version.",
@@ -306,6 +315,9 @@ impl Metrics {
         self.checkpoint_writes.add(&[], 0.0);
         self.checkpoint_failures.add(&[], 0.0);
         self.runtime_connected.set(&[], 0.0);
+        for outcome in Self::RESIZE_OUTCOMES {
+            self.resizes.add(&[outcome], 0.0);
+        }
         self.build_info.set(&[env!("CARGO_PKG_VERSION")], 1.0);
     }
 
@@ -443,6 +455,20 @@ impl Metrics {
             .unwrap_or(0.0) as u64
     }
 
+    /// Resize outcomes, to pre-create their series.
+    pub const RESIZE_OUTCOMES: [&'static str; 4] =
+        ["applied", "refused", "rolled_back", "rollback_kept"];
+
+    /// One in-place resize ended with `outcome` (one of [`Self::RESIZE_OUTCOMES`]).
+    pub fn resize(&self, outcome: &str) {
+        self.resizes.add(&[outcome], 1.0);
+    }
+
+    /// Resizes that ended with `outcome` (for tests and status output).
+    pub fn resizes(&self, outcome: &str) -> u64 {
+        self.resizes.get(&[outcome]).unwrap_or(0.0) as u64
+    }
+
     /// Number of relayed calls recorded for `method` (for tests and status output).
     pub fn relay_count(&self, method: &str) -> u64 {
         self.relay_shim.count(&[method])
@@ -505,6 +531,7 @@ impl Metrics {
         self.pod_refusals.render(&mut out);
         self.apiserver_watch.render(&mut out);
         self.refusal_reports.render(&mut out);
+        self.resizes.render(&mut out);
         self.build_info.render(&mut out);
         out
     }

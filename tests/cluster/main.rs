@@ -20,6 +20,7 @@ mod cp;
 #[allow(dead_code)]
 mod pods;
 mod refusal;
+mod resize;
 mod restarts;
 mod rig;
 #[path = "../realkubelet/support.rs"]

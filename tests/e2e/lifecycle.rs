@@ -107,21 +107,26 @@ async fn kubelet_cpuset_updates_are_rewritten_to_numa_shims_cpuset() {
         (
             web.id("main"),
             received(&shim.fake().created("web", "main")),
+            (2000, 2 * GI),
         ),
         (
             web.id("helper"),
             received(&shim.fake().created("web", "helper")),
+            // A container without resources of its own gets the pod's limits (rule C2).
+            (4000, 4 * GI),
         ),
     ];
-    for (id, placed) in cases {
-        // An in-place resize as the kubelet sends it: full resources, its own cpuset.
+    for (id, placed, (milli, memory)) in cases {
+        // The kubelet's update with the container's own resources (no resize) and a foreign
+        // cpuset; resizes are in tests/e2e/resize.rs.
+        let shares = (milli * 1024 / 1000) as i64;
         let request = cri::UpdateContainerResourcesRequest {
             container_id: id.to_string(),
             linux: Some(cri::LinuxContainerResources {
                 cpu_period: 100_000,
-                cpu_quota: quota(4000),
-                cpu_shares: 4096,
-                memory_limit_in_bytes: (4 * GI) as i64,
+                cpu_quota: quota(milli),
+                cpu_shares: shares,
+                memory_limit_in_bytes: memory as i64,
                 cpuset_cpus: "0-255".into(),
                 ..Default::default()
             }),
@@ -135,7 +140,7 @@ async fn kubelet_cpuset_updates_are_rewritten_to_numa_shims_cpuset() {
             seen.cpu_quota, placed.quota,
             "{id}: quota -1 only for the slice"
         );
-        assert_eq!(seen.cpu_shares, 4096, "{id}: the rest passes");
+        assert_eq!(seen.cpu_shares, shares, "{id}: the rest passes");
     }
 
     // A node-shared-pool container is kept on the current pool.

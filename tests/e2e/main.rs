@@ -8,6 +8,7 @@ mod file_modes;
 mod lifecycle;
 mod placement;
 mod podresources_serve;
+mod resize;
 mod restart;
 mod serve;
 mod state_full;

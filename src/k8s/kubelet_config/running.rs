@@ -98,11 +98,42 @@ impl KubeletConfiguration {
         machine: &Topology,
     ) -> Vec<KubeletFinding> {
         let mut out = self.managers_on();
+        out.extend(self.resize_gates());
         if shim.cpu_policy == CpuPolicy::Static {
             out.extend(self.cpu_mirror(reserved, machine));
         }
         if shim.memory_policy == MemoryPolicy::Static {
             out.extend(self.memory_mirror(shim, machine));
+        }
+        out
+    }
+
+    /// Feature gates that keep in-place resizes from reaching numa-shim (docs/resize.md §1.1):
+    /// `InPlacePodVerticalScaling` (beta and on in v1.34, GA and locked on from v1.35) and
+    /// `InPlacePodLevelResourcesVerticalScaling` (none in v1.34, alpha and off in v1.35, beta and
+    /// on from v1.36). Only a gate turned off is reported: the defaults send both kinds on
+    /// v1.36+, container resizes only on v1.34 and v1.35.
+    fn resize_gates(&self) -> Vec<KubeletFinding> {
+        let mut out = Vec::new();
+        if self.feature_gates.get("InPlacePodVerticalScaling") == Some(&false) {
+            out.push(KubeletFinding {
+                severity: Severity::Warning,
+                field: "featureGates",
+                message: "InPlacePodVerticalScaling is off: kubelet v1.34 then never resizes a pod                           in place (numa-shim sees no UpdateContainerResources for it), and v1.35+                           refuse to start (the gate is GA and locked on); remove the setting"
+                    .to_string(),
+            });
+        }
+        if self
+            .feature_gates
+            .get("InPlacePodLevelResourcesVerticalScaling")
+            == Some(&false)
+        {
+            out.push(KubeletFinding {
+                severity: Severity::Warning,
+                field: "featureGates",
+                message: "InPlacePodLevelResourcesVerticalScaling is off: pod-level budgets                           (spec.resources) cannot be resized in place (kubelet v1.35 needs it                           true on the kubelet and the API server, v1.36+ have it on by default,                           v1.34 cannot resize pod-level budgets at all); container resizes still                           reach numa-shim"
+                    .to_string(),
+            });
         }
         out
     }

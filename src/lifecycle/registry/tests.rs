@@ -521,3 +521,135 @@ fn the_sandbox_index_follows_every_pod_record() {
     check(&restored);
     assert_eq!(restored.pod_of_sandbox("sb-b").unwrap().spec.uid, "b");
 }
+
+mod resize_props {
+    use super::*;
+    use crate::knowledge::infer::CriResources;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Admit(usize, u64),
+        Resize {
+            pod: usize,
+            cpus: u64,
+            runtime_ok: bool,
+        },
+        Stop(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3usize, 1..3u64).prop_map(|(p, n)| Op::Admit(p, n)),
+            (0..3usize, 1..5u64, any::<bool>()).prop_map(|(pod, cpus, runtime_ok)| Op::Resize {
+                pod,
+                cpus,
+                runtime_ok
+            }),
+            (0..3usize).prop_map(Op::Stop),
+        ]
+    }
+
+    fn container_scope() -> Registry {
+        let topo = SyntheticSpec::new(2, 1, 4, 1, 1).build().unwrap();
+        let config = Config {
+            cpu_policy: CpuPolicy::Static,
+            reserved_cpus: ReservedCpus::Explicit(CpuSet::new()),
+            accept_no_reserved_cpus: true,
+            topology_policy: TopologyPolicy::SingleNumaNode,
+            topology_scope: TopologyScope::Container,
+            ..Config::default()
+        };
+        Registry::new(Node::new(topo, config).unwrap())
+    }
+
+    fn cri(n: u64) -> CriResources {
+        CriResources {
+            cpu_period: 100_000,
+            cpu_quota: (n * 100_000) as i64,
+            cpu_shares: (n * 1024) as i64,
+            memory_limit_in_bytes: 1 << 30,
+        }
+    }
+
+    /// No CPU in two exclusive containers, none of them in the node shared pool, every record
+    /// what the core says, every live container still holding the CPUs it was admitted with.
+    fn check(r: &Registry, admitted: &BTreeMap<String, CpuSet>) -> Result<(), TestCaseError> {
+        let mut seen = CpuSet::new();
+        for (id, c) in r.containers() {
+            if !c.exclusive {
+                continue;
+            }
+            prop_assert!(
+                seen.intersection(&c.cpus).is_empty(),
+                "{id}: {} granted twice",
+                c.cpus
+            );
+            seen = seen.union(&c.cpus);
+            prop_assert_eq!(r.desired(c), Some(c.cpus.clone()), "{} stale", id);
+            if let Some(first) = admitted.get(id) {
+                prop_assert!(
+                    first.is_subset(&c.cpus),
+                    "{id}: promised {first} lost: {}",
+                    c.cpus
+                );
+            }
+        }
+        prop_assert!(r.node().shared_cpus().intersection(&seen).is_empty());
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Sequences of admissions, resizes (the runtime taking or refusing the call) and stops:
+        /// no CPU granted twice, promised CPUs never lost, a refused or undone resize leaves the
+        /// registry exactly as before.
+        #[test]
+        fn resize_sequences_never_grant_twice_or_lose_promised_cpus(ops in prop::collection::vec(op(), 1..24)) {
+            let mut r = container_scope();
+            let mut admitted: BTreeMap<String, CpuSet> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Admit(i, n) => {
+                        let uid = format!("p{i}");
+                        if r.pods().contains_key(&uid) {
+                            continue;
+                        }
+                        if r.admit(pod(&uid, None, vec![app("c", guaranteed(n, 1))]), Source::Spec).is_err() {
+                            continue;
+                        }
+                        let sandbox = format!("sb-{uid}");
+                        r.commit_sandbox(&uid, &sandbox);
+                        let d = r.decide_container(&sandbox, "c", infer_none).unwrap().unwrap();
+                        let id = format!("c-{uid}");
+                        r.commit_container(&id, &sandbox, "c", &d);
+                        admitted.insert(id, d.cpus);
+                    }
+                    Op::Resize { pod: i, cpus, runtime_ok } => {
+                        let id = format!("c-p{i}");
+                        let before = r.snapshot();
+                        match r.resize_container(&id, &cri(cpus)) {
+                            Ok(Some(resized)) => {
+                                if let (false, Some(undo)) = (runtime_ok, &resized.undo) {
+                                    let how = r.undo_resize(&resized, undo);
+                                    prop_assert_eq!(how, Undone::Exact);
+                                    prop_assert_eq!(r.snapshot(), before);
+                                }
+                            }
+                            Ok(None) => prop_assert!(!r.containers().contains_key(&id)),
+                            Err(_) => prop_assert_eq!(r.snapshot(), before),
+                        }
+                    }
+                    Op::Stop(i) => {
+                        let sandbox = format!("sb-p{i}");
+                        r.stop_sandbox(&sandbox);
+                        r.remove_sandbox(&sandbox);
+                        admitted.remove(&format!("c-p{i}"));
+                    }
+                }
+                check(&r, &admitted)?;
+            }
+        }
+    }
+}

@@ -336,4 +336,36 @@ impl Kubelet {
             .await
             .map(|_| ())
     }
+
+    /// An in-place resize of container `id` as the kubelet's CPU pass sends it: the CRI values
+    /// of `res` (shares, quota, period, memory limit).
+    pub async fn resize(
+        &self,
+        id: &str,
+        res: &crate::testing::e2e::kubelet::Res,
+    ) -> Result<(), Status> {
+        self.update(cri::UpdateContainerResourcesRequest {
+            container_id: id.to_string(),
+            linux: Some(res.linux()),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// UpdatePodSandboxResources with the pod cgroup values of budget `res`.
+    pub async fn resize_sandbox(
+        &self,
+        sandbox: &str,
+        res: &crate::testing::e2e::kubelet::Res,
+    ) -> Result<(), Status> {
+        self.client
+            .clone()
+            .update_pod_sandbox_resources(cri::UpdatePodSandboxResourcesRequest {
+                pod_sandbox_id: sandbox.to_string(),
+                resources: Some(res.linux()),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+    }
 }

@@ -43,6 +43,11 @@ impl Res {
         }
     }
 
+    /// The CRI values the kubelet sends for these resources.
+    pub fn linux(&self) -> cri::LinuxContainerResources {
+        linux_resources(self.cpu_req, self.cpu_lim, self.mem_lim, None)
+    }
+
     fn add(self, other: Self) -> Self {
         let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (None, None) => None,

@@ -40,6 +40,10 @@ pub struct State {
     pub fail_sandboxes: BTreeSet<String>,
     /// Container names whose CreateContainer fails (after being received).
     pub fail_containers: BTreeSet<String>,
+    /// Container ids whose UpdateContainerResources fails (after being received).
+    pub fail_updates: BTreeSet<String>,
+    /// UpdatePodSandboxResources requests as received, in order.
+    pub sandbox_updates: Vec<cri::UpdatePodSandboxResourcesRequest>,
 }
 
 /// The fake runtime's shared state.
@@ -316,6 +320,12 @@ impl RuntimeService for Fake {
         let req = request.into_inner();
         let mut state = self.state();
         state.updates.push(req.clone());
+        if state.fail_updates.contains(&req.container_id) {
+            return Err(Status::internal(format!(
+                "e2e-fake: update of container {} fails",
+                req.container_id
+            )));
+        }
         let held = state.containers.get_mut(&req.container_id).ok_or_else(|| {
             Status::not_found(format!("container {} not found", req.container_id))
         })?;
@@ -331,6 +341,22 @@ impl RuntimeService for Fake {
             }
         }
         Ok(Response::new(cri::UpdateContainerResourcesResponse {}))
+    }
+
+    async fn update_pod_sandbox_resources(
+        &self,
+        request: Request<cri::UpdatePodSandboxResourcesRequest>,
+    ) -> Result<Response<cri::UpdatePodSandboxResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let mut state = self.state();
+        state.sandbox_updates.push(req.clone());
+        if !state.sandboxes.contains_key(&req.pod_sandbox_id) {
+            return Err(Status::not_found(format!(
+                "sandbox {} not found",
+                req.pod_sandbox_id
+            )));
+        }
+        Ok(Response::new(cri::UpdatePodSandboxResourcesResponse {}))
     }
 }
 

@@ -197,3 +197,30 @@ fn memory_reservations_must_match_under_the_static_memory_policy() {
     let (config, reserved) = shim("cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n");
     assert_eq!(kubelet.conflicts_with(&config, &reserved, &machine()), []);
 }
+
+#[test]
+fn resize_gates_turned_off_are_warnings_naming_the_kubelet_versions() {
+    let (config, reserved) = shim(SHIM);
+    let off = "cpuManagerPolicy: none\nmemoryManagerPolicy: None\nreservedSystemCPUs: \"0\"\n";
+    let kubelet: KubeletConfiguration = serde_yaml_ng::from_str(&format!(
+        "{off}featureGates: {{InPlacePodVerticalScaling: false, InPlacePodLevelResourcesVerticalScaling: false}}\n"
+    ))
+    .unwrap();
+    let findings = kubelet.conflicts_with(&config, &reserved, &machine());
+    assert_eq!(findings.len(), 2, "{findings:?}");
+    assert!(findings
+        .iter()
+        .all(|f| (f.field, f.severity) == ("featureGates", Severity::Warning)));
+    assert!(findings[0].message.contains("v1.34"), "{}", findings[0]);
+    assert!(
+        findings[1].message.contains("v1.35 needs it"),
+        "{}",
+        findings[1]
+    );
+    // Gates on (or left to their defaults): nothing to say.
+    let on: KubeletConfiguration = serde_yaml_ng::from_str(&format!(
+        "{off}featureGates: {{InPlacePodLevelResourcesVerticalScaling: true}}\n"
+    ))
+    .unwrap();
+    assert_eq!(on.conflicts_with(&config, &reserved, &machine()), []);
+}

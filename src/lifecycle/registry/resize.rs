@@ -1,0 +1,319 @@
+//! In-place resize on the registry (docs/resize.md): the CRI values of an
+//! `UpdateContainerResources` or `UpdatePodSandboxResources` read as the container's or the pod
+//! budget's new resources, applied through the decision core (`Node::resize_container`,
+//! `Node::resize_pod`: promised CPUs kept, all-or-nothing), and undone when the runtime then
+//! refuses the call.
+//!
+//! A resize is applied before the call is forwarded (the CPUs a grow takes are held while the
+//! runtime works) and kept as a [`ResizeUndo`] until the runtime has answered. Undoing puts the
+//! node back exactly as it was when nothing else changed it meanwhile; otherwise the core
+//! resizes back to the old resources by its own rules (a shrink's CPUs may have gone to another
+//! pod: the container then keeps what the core gives it, never a CPU held by another).
+
+use crate::knowledge::infer::{self, CriResources};
+use crate::placement::node::{NodeSnapshot, ResizeError};
+use crate::placement::{PodSpec, Resources};
+
+use super::{decision, ContainerDecision, ContainerRecord, Registry, Source};
+
+/// What a resize is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResizeTarget {
+    /// One running container (UpdateContainerResources).
+    Container { id: String, name: String },
+    /// The pod-level budget, `spec.resources` (UpdatePodSandboxResources).
+    Pod { sandbox_id: String },
+}
+
+/// A resize the registry applied (or found nothing to change for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    pub pod_uid: String,
+    /// `namespace/name` of the pod, for messages.
+    pub pod: String,
+    pub target: ResizeTarget,
+    /// The container's placement now (container resizes of containers the core lists).
+    pub decision: Option<ContainerDecision>,
+    /// How to put things back if the runtime refuses the call; `None`: nothing changed.
+    pub undo: Option<Box<ResizeUndo>>,
+}
+
+/// What [`Registry::undo_resize`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResizeUndo {
+    before: NodeSnapshot,
+    after: NodeSnapshot,
+    spec: PodSpec,
+    /// The resized container's record before (container resizes).
+    record: Option<(String, ContainerRecord)>,
+    /// The resources before: what the core resizes back to when the node moved meanwhile.
+    old: Resources,
+}
+
+/// How an undo went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undone {
+    /// The node is exactly as before the resize.
+    Exact,
+    /// Others changed the node meanwhile: the core resized back to the old resources.
+    Reversed,
+    /// Resizing back was refused (the CPUs a shrink gave back went elsewhere): the resized
+    /// state stays, consistent; the kubelet's retry of the resize finds it applied.
+    Kept(ResizeError),
+}
+
+/// A refused resize: what was asked, why not, and what the container or pod keeps.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("numa-shim cannot resize {what} of pod {pod} ({asked}): {error}; it keeps {keeps}")]
+pub struct ResizeRefused {
+    pub what: String,
+    pub pod: String,
+    pub asked: String,
+    pub error: Box<ResizeError>,
+    pub keeps: String,
+}
+
+impl Registry {
+    /// Applies the resources of an UpdateContainerResources to container `container_id`.
+    /// `None`: not a container numa-shim resizes (unknown, adopted, its pod stopped).
+    pub fn resize_container(
+        &mut self,
+        container_id: &str,
+        cri: &CriResources,
+    ) -> Result<Option<Resized>, ResizeRefused> {
+        let Some(record) = self.containers.get(container_id).cloned() else {
+            return Ok(None);
+        };
+        let Some(pod) = self.pods.get(&record.pod_uid) else {
+            return Ok(None);
+        };
+        if record.pinned || !pod.active || pod.source == Source::Adopted {
+            return Ok(None);
+        }
+        let Some(current) = super::containers_of(&pod.spec)
+            .find(|c| c.name == record.name)
+            .map(|c| c.resources.clone())
+        else {
+            return Ok(None);
+        };
+        let uid = record.pod_uid.clone();
+        let label = format!("{}/{}", pod.spec.namespace, pod.spec.name);
+        let target = ResizeTarget::Container {
+            id: container_id.to_string(),
+            name: record.name.clone(),
+        };
+        // Rule C2 (docs/pod-knowledge.md): a container of a pod-level budget sent exactly the
+        // budget's limits declared none of its own; the kubelet sends the same on a resize.
+        let own_none = current == Resources::default()
+            && infer::container(&pod.spec, &record.name, cri).resources == Resources::default();
+        let new = if own_none {
+            current.clone()
+        } else {
+            infer::resized(&current, cri)
+        };
+        if new == current {
+            return Ok(Some(Resized {
+                pod_uid: uid,
+                pod: label,
+                target,
+                decision: None,
+                undo: None,
+            }));
+        }
+        let before = self.node.snapshot();
+        let spec = pod.spec.clone();
+        if let Err(error) = self.node.resize_container(&uid, &record.name, &new) {
+            return Err(ResizeRefused {
+                what: format!("container {:?}", record.name),
+                pod: label,
+                asked: describe(&current, &new),
+                error: Box::new(error),
+                keeps: format!("cpus {}", record.cpus),
+            });
+        }
+        let placed = self
+            .node
+            .container(&uid, &record.name)
+            .map(|p| decision(&p));
+        if let Some(p) = self.pods.get_mut(&uid) {
+            set_container_resources(&mut p.spec, &record.name, &new);
+        }
+        if let (Some(placed), Some(r)) = (&placed, self.containers.get_mut(container_id)) {
+            r.cpus = placed.cpus.clone();
+            r.mems = placed.mems.clone();
+            r.exclusive = placed.exclusive;
+        }
+        self.touch(&uid);
+        let after = self.node.snapshot();
+        Ok(Some(Resized {
+            pod_uid: uid,
+            pod: label,
+            target,
+            decision: placed,
+            undo: Some(Box::new(ResizeUndo {
+                before,
+                after,
+                spec,
+                record: Some((container_id.to_string(), record)),
+                old: current,
+            })),
+        }))
+    }
+
+    /// Applies the pod cgroup resources of an UpdatePodSandboxResources to the pod's budget
+    /// (`spec.resources`). `None`: a sandbox numa-shim does not know, or a pod without a
+    /// pod-level budget (the kubelet announces every pod cgroup change; only budgets resize).
+    pub fn resize_sandbox(
+        &mut self,
+        sandbox_id: &str,
+        cri: &CriResources,
+    ) -> Result<Option<Resized>, ResizeRefused> {
+        let Some(uid) = self.uid_of_sandbox(sandbox_id) else {
+            return Ok(None);
+        };
+        let Some(pod) = self.pods.get(&uid) else {
+            return Ok(None);
+        };
+        if !pod.active || pod.source == Source::Adopted {
+            return Ok(None);
+        }
+        let Some(current) = pod.spec.resources.clone() else {
+            return Ok(None);
+        };
+        let label = format!("{}/{}", pod.spec.namespace, pod.spec.name);
+        let target = ResizeTarget::Pod {
+            sandbox_id: sandbox_id.to_string(),
+        };
+        let new = infer::resized(&current, cri);
+        if new == current {
+            return Ok(Some(Resized {
+                pod_uid: uid,
+                pod: label,
+                target,
+                decision: None,
+                undo: None,
+            }));
+        }
+        let before = self.node.snapshot();
+        let spec = pod.spec.clone();
+        if let Err(error) = self.node.resize_pod(&uid, &new) {
+            let keeps = self
+                .node
+                .pod_cpus(&uid)
+                .map_or_else(|| "its budget".to_string(), |c| format!("cpus {c}"));
+            return Err(ResizeRefused {
+                what: "the pod-level budget".to_string(),
+                pod: label,
+                asked: describe(&current, &new),
+                error: Box::new(error),
+                keeps,
+            });
+        }
+        if let Some(p) = self.pods.get_mut(&uid) {
+            p.spec.resources = Some(new);
+        }
+        self.touch(&uid);
+        let after = self.node.snapshot();
+        Ok(Some(Resized {
+            pod_uid: uid,
+            pod: label,
+            target,
+            decision: None,
+            undo: Some(Box::new(ResizeUndo {
+                before,
+                after,
+                spec,
+                record: None,
+                old: current,
+            })),
+        }))
+    }
+
+    /// The runtime refused the resized call: puts the pod back (see [`Undone`]).
+    pub fn undo_resize(&mut self, resized: &Resized, undo: &ResizeUndo) -> Undone {
+        let uid = &resized.pod_uid;
+        if !self.pods.get(uid).is_some_and(|p| p.active) {
+            // Stopped meanwhile: everything it held is back already.
+            return Undone::Exact;
+        }
+        let how = if self.node.snapshot() == undo.after
+            && self.node.restore(undo.before.clone()).is_ok()
+        {
+            Undone::Exact
+        } else {
+            let back = match &resized.target {
+                ResizeTarget::Container { name, .. } => {
+                    self.node.resize_container(uid, name, &undo.old)
+                }
+                ResizeTarget::Pod { .. } => self.node.resize_pod(uid, &undo.old),
+            };
+            match back {
+                Ok(_) => Undone::Reversed,
+                Err(e) => return Undone::Kept(e),
+            }
+        };
+        if let Some(p) = self.pods.get_mut(uid) {
+            p.spec = undo.spec.clone();
+        }
+        if let Some((id, old)) = &undo.record {
+            if let Some(r) = self.containers.get_mut(id) {
+                // What the kernel still has; a different cpuset the core chose goes out as a
+                // pool update.
+                r.cpus = old.cpus.clone();
+                r.mems = old.mems.clone();
+                r.exclusive = self
+                    .node
+                    .container(uid, &old.name)
+                    .map_or(old.exclusive, |p| p.exclusive);
+            }
+        }
+        self.touch(uid);
+        how
+    }
+}
+
+/// `cpu 2 → 4, memory 2Gi → 4Gi` (requests), the parts that change.
+fn describe(old: &Resources, new: &Resources) -> String {
+    let mut parts = Vec::new();
+    let cpu = |r: &Resources| r.requests.cpu_milli.or(r.limits.cpu_milli);
+    if cpu(old) != cpu(new) {
+        parts.push(format!("cpu {} → {}", milli(cpu(old)), milli(cpu(new))));
+    }
+    let mem = |r: &Resources| r.requests.memory.or(r.limits.memory);
+    if mem(old) != mem(new) {
+        parts.push(format!("memory {} → {}", bytes(mem(old)), bytes(mem(new))));
+    }
+    if parts.is_empty() {
+        "resources changed".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn milli(v: Option<u64>) -> String {
+    match v {
+        None => "none".to_string(),
+        Some(m) if m % 1000 == 0 => (m / 1000).to_string(),
+        Some(m) => format!("{m}m"),
+    }
+}
+
+fn bytes(v: Option<u64>) -> String {
+    match v {
+        None => "none".to_string(),
+        Some(b) if b % (1 << 30) == 0 => format!("{}Gi", b >> 30),
+        Some(b) if b % (1 << 20) == 0 => format!("{}Mi", b >> 20),
+        Some(b) => b.to_string(),
+    }
+}
+
+fn set_container_resources(spec: &mut PodSpec, name: &str, resources: &Resources) {
+    if let Some(c) = spec
+        .init_containers
+        .iter_mut()
+        .chain(spec.containers.iter_mut())
+        .find(|c| c.name == name)
+    {
+        c.resources = resources.clone();
+    }
+}

@@ -1,0 +1,286 @@
+//! In-place resize end to end (docs/resize.md): kubelet-shaped UpdateContainerResources and
+//! UpdatePodSandboxResources through the relay and `PlacementHook` to the stateful fake runtime.
+//! Grow keeps the promised CPUs and adds CPUs on the container's NUMA node, shrink gives back
+//! only what was added, an infeasible resize is refused with what was asked and what is free,
+//! a runtime error undoes the resize, and a thousand resizes leak nothing.
+
+use numa_shim::testing::e2e as support;
+
+use numa_shim::cpuset::CpuSet;
+use numa_shim::lifecycle::RegistrySnapshot;
+use support::harness::{Kubelet, PodsApi, RunningPod, Setup, Shim};
+use support::kubelet::{pod, PodDef, Res, GI};
+use support::{numa_of, one_numa, received};
+use tonic::Code;
+
+const FOUR: &str = "topoDualSocketMultiNumaPerSocketHT";
+
+fn app(cpus: u64) -> PodDef {
+    pod("app").container("main", Res::guaranteed(cpus * 1000, GI))
+}
+
+fn cpus(n: u64) -> Res {
+    Res::guaranteed(n * 1000, GI)
+}
+
+/// numa-shim with the pod specs from the Pods API (as with a real kubelet), and `pods`
+/// started; the fake Pods API is returned to keep it serving.
+async fn start(
+    dir: &std::path::Path,
+    scope: &str,
+    pods: &[&PodDef],
+) -> (Shim, PodsApi, Kubelet, Vec<RunningPod>) {
+    let socket = dir.join("pods-api.sock");
+    let api = PodsApi::default();
+    api.serve(&socket);
+    let setup = Setup::new(FOUR, "single-numa-node", scope).pods_api(&socket);
+    let shim = Shim::start(dir, &setup).await;
+    let kubelet = shim.kubelet().await;
+    let mut running = Vec::new();
+    for p in pods {
+        api.add_bytes(p.pods_api_bytes());
+        running.push(kubelet.start_pod(p).await.unwrap());
+    }
+    (shim, api, kubelet, running)
+}
+
+fn runtime_cpus(shim: &Shim, id: &str) -> CpuSet {
+    CpuSet::parse(&shim.fake().resources(id).cpuset_cpus).unwrap()
+}
+
+fn snapshot(shim: &Shim) -> RegistrySnapshot {
+    shim.started.placer.registry().snapshot()
+}
+
+fn resizes(shim: &Shim, outcome: &str) -> u64 {
+    shim.started.placer.metrics().resizes(outcome)
+}
+
+#[tokio::test]
+async fn grow_keeps_every_cpu_and_adds_on_the_containers_numa_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let running = &running[0];
+    let topology = shim.started.placer.registry().node().topology().clone();
+    let id = running.id("main").to_string();
+    let before = received(&shim.fake().created("app", "main")).cpus;
+    assert_eq!(before.len(), 2);
+    let node = one_numa(&topology, &before);
+
+    kubelet.resize(&id, &cpus(4)).await.unwrap();
+    let seen = shim.fake().updates_for(&id).pop().unwrap().linux.unwrap();
+    let after = CpuSet::parse(&seen.cpuset_cpus).unwrap();
+    assert_eq!(after.len(), 4, "{after}");
+    assert!(
+        before.is_subset(&after),
+        "promised {before} not kept in {after}"
+    );
+    assert_eq!(numa_of(&topology, &after), [node].into(), "{after}");
+    assert_eq!(seen.cpu_quota, -1, "exclusive CPUs: quota lifted");
+    assert_eq!(runtime_cpus(&shim, &id), after);
+    assert!(shim.shared().intersection(&after).is_empty());
+    assert_eq!(resizes(&shim, "applied"), 1);
+
+    // The same values again (the kubelet's retry, or its memory pass): nothing moves.
+    kubelet.resize(&id, &cpus(4)).await.unwrap();
+    assert_eq!(runtime_cpus(&shim, &id), after);
+    assert_eq!(resizes(&shim, "applied"), 1);
+}
+
+#[tokio::test]
+async fn shrink_gives_back_what_was_added_never_the_promised_cpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let running = &running[0];
+    let id = running.id("main").to_string();
+    let promised = received(&shim.fake().created("app", "main")).cpus;
+    let shared = shim.shared();
+
+    kubelet.resize(&id, &cpus(6)).await.unwrap();
+    assert_eq!(runtime_cpus(&shim, &id).len(), 6);
+    kubelet.resize(&id, &cpus(3)).await.unwrap();
+    let three = runtime_cpus(&shim, &id);
+    assert_eq!(three.len(), 3);
+    assert!(promised.is_subset(&three), "{promised} ⊄ {three}");
+    kubelet.resize(&id, &cpus(2)).await.unwrap();
+    assert_eq!(runtime_cpus(&shim, &id), promised);
+    assert_eq!(
+        shim.shared(),
+        shared,
+        "the added CPUs are back in the shared pool"
+    );
+
+    let before = snapshot(&shim);
+    let err = kubelet.resize(&id, &cpus(1)).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message()
+            .contains("it keeps the 2 CPUs it was admitted with"),
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("cpu 2 → 1"), "{}", err.message());
+    assert_eq!(snapshot(&shim), before, "a refused resize changes nothing");
+    assert_eq!(runtime_cpus(&shim, &id), promised);
+}
+
+#[tokio::test]
+async fn an_infeasible_grow_is_refused_with_what_is_free_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let running = &running[0];
+    let id = running.id("main").to_string();
+    let placed = runtime_cpus(&shim, &id);
+    let updates = shim.fake().updates_for(&id).len();
+    let before = snapshot(&shim);
+
+    // More than one NUMA node has (20 CPUs each): single-numa-node keeps the container on
+    // its node.
+    let err = kubelet.resize(&id, &cpus(22)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    let m = err.message();
+    for words in [
+        "numa-shim cannot resize container \"main\" of pod e2e/app (cpu 2 → 22)",
+        "not enough cpus available to satisfy request: requested=20",
+        "NUMA node(s) ",
+        "free cpus",
+        &format!("it keeps cpus {placed}"),
+    ] {
+        assert!(m.contains(words), "{words:?} not in {m}");
+    }
+    assert_eq!(
+        shim.fake().updates_for(&id).len(),
+        updates,
+        "nothing reached the runtime"
+    );
+    assert_eq!(snapshot(&shim), before);
+    assert_eq!(resizes(&shim, "refused"), 1);
+}
+
+#[tokio::test]
+async fn a_runtime_error_undoes_the_resize() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let running = &running[0];
+    let id = running.id("main").to_string();
+    let placed = runtime_cpus(&shim, &id);
+    let shared = shim.shared();
+    let before = snapshot(&shim);
+
+    shim.fake().state().fail_updates.insert(id.clone());
+    let err = kubelet.resize(&id, &cpus(4)).await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{err:?}");
+    assert_eq!(
+        snapshot(&shim),
+        before,
+        "checkpointed state is back exactly"
+    );
+    assert_eq!(shim.shared(), shared);
+    assert_eq!(resizes(&shim, "rolled_back"), 1);
+    shim.started.placer.flush().await.unwrap();
+
+    // The kubelet retries at its next pod sync; now the runtime takes it.
+    shim.fake().state().fail_updates.clear();
+    kubelet.resize(&id, &cpus(4)).await.unwrap();
+    let grown = runtime_cpus(&shim, &id);
+    assert!(placed.is_subset(&grown) && grown.len() == 4, "{grown}");
+    assert_eq!(resizes(&shim, "applied"), 1);
+}
+
+#[tokio::test]
+async fn a_thousand_resizes_leak_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let other_def = pod("other").container("c", Res::guaranteed(2000, GI));
+    let (shim, _api, kubelet, running) =
+        start(dir.path(), "container", &[&app(2), &other_def]).await;
+    let id = running[0].id("main").to_string();
+    let neighbour = &running[1];
+    let other = runtime_cpus(&shim, neighbour.id("c"));
+
+    // One cycle first: the promised set is recorded at the first resize.
+    kubelet.resize(&id, &cpus(4)).await.unwrap();
+    kubelet.resize(&id, &cpus(2)).await.unwrap();
+    shim.started.placer.flush().await.unwrap();
+    let settled = snapshot(&shim);
+    let shared = shim.shared();
+    let held = runtime_cpus(&shim, &id);
+    let state = std::fs::read_dir(dir.path().join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum::<u64>();
+
+    for i in 0..500 {
+        kubelet.resize(&id, &cpus(2 + (i % 3) * 2)).await.unwrap();
+        kubelet.resize(&id, &cpus(2)).await.unwrap();
+    }
+    shim.started.placer.flush().await.unwrap();
+    assert_eq!(
+        snapshot(&shim),
+        settled,
+        "registry and decision core as before"
+    );
+    assert_eq!(shim.shared(), shared);
+    assert_eq!(runtime_cpus(&shim, &id), held);
+    assert_eq!(runtime_cpus(&shim, neighbour.id("c")), other);
+    let after = std::fs::read_dir(dir.path().join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum::<u64>();
+    assert_eq!(after, state, "checkpoint back to its size");
+    // 2 first, then 2 for each of the 333 rounds that grow (the other 167 ask for the 2 CPUs
+    // held: nothing to apply).
+    assert_eq!(resizes(&shim, "applied"), 2 + 2 * 333);
+    assert_eq!(resizes(&shim, "refused") + resizes(&shim, "rolled_back"), 0);
+}
+
+#[tokio::test]
+async fn a_pod_budget_grows_and_shrinks_its_pool_keeping_the_slice() {
+    let dir = tempfile::tempdir().unwrap();
+    let def = pod("web")
+        .pod_level(Res::guaranteed(4000, 4 * GI))
+        .container("main", Res::guaranteed(2000, 2 * GI))
+        .container("helper", Res::default());
+    let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
+    let running = &running[0];
+    let topology = shim.started.placer.registry().node().topology().clone();
+    let (main, helper) = (
+        running.id("main").to_string(),
+        running.id("helper").to_string(),
+    );
+    let slice = runtime_cpus(&shim, &main);
+    let pool = runtime_cpus(&shim, &helper);
+    assert_eq!((slice.len(), pool.len()), (2, 2));
+    let node = one_numa(&topology, &slice.union(&pool));
+
+    kubelet
+        .resize_sandbox(&running.sandbox, &Res::guaranteed(6000, 4 * GI))
+        .await
+        .unwrap();
+    shim.eventually("the pod pool grows to 4 CPUs", |f| {
+        CpuSet::parse(&f.resources(&helper).cpuset_cpus).is_ok_and(|c| c.len() == 4)
+    })
+    .await;
+    let grown = runtime_cpus(&shim, &helper);
+    assert!(pool.is_subset(&grown), "{pool} ⊄ {grown}");
+    assert_eq!(numa_of(&topology, &grown), [node].into());
+    assert_eq!(runtime_cpus(&shim, &main), slice, "the slice stays");
+
+    kubelet
+        .resize_sandbox(&running.sandbox, &Res::guaranteed(4000, 4 * GI))
+        .await
+        .unwrap();
+    shim.eventually("the pod pool is back", |f| {
+        f.resources(&helper).cpuset_cpus == pool.to_string()
+    })
+    .await;
+    let err = kubelet
+        .resize_sandbox(&running.sandbox, &Res::guaranteed(2000, 4 * GI))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("the pod-level budget"),
+        "{}",
+        err.message()
+    );
+}
