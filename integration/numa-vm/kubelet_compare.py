@@ -9,6 +9,7 @@ numa-shim with the kubelet's managers off ("numa-shim"), on the same multi-NUMA 
     kubelet_compare.py collect --mode kubelet|numa-shim --pods URL --crictl CMD
                                --podresources "CMD -socket SOCK" [--placement URL] [--out FILE]
     kubelet_compare.py compare CASE KUBELET.json NUMA-SHIM.json [--tamper PATH=VALUE]
+    kubelet_compare.py summary RUN.json | probe RUN.json
 
 cases: the case names, one a line (NUMAVM_KUBELET_CASES, a space-separated list, picks some).
 prepare: writes the case's kubelet.yaml (the resource-manager settings both runs share, sized to
@@ -39,7 +40,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numa_check  # noqa: E402  (the kernel readers: pid_of, cgroup_dir, read, status_field)
 
-NODE = "numa-vm"
+NODE = os.uname().nodename.lower()  # the static pods' name suffix
 
 
 def topology():
@@ -264,7 +265,13 @@ def short(name):
 def podresources(cmd, *call):
     out = subprocess.run(shlex.split(cmd) + list(call), capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
-        return {"error": (out.stdout + out.stderr).strip()}
+        # The message only: for an unknown pod the kubelet answers code Unknown (a plain Go
+        # error), numa-shim NotFound with the same words (docs/podresources.md).
+        text = (out.stdout + out.stderr).strip()
+        try:
+            return {"error": json.loads(text)["message"]}
+        except (ValueError, KeyError, TypeError):
+            return {"error": text}
     return json.loads(out.stdout or "{}")
 
 
@@ -373,6 +380,27 @@ def cmd_compare(args):
     return 1
 
 
+def cmd_summary(args):
+    with open(args.file) as f:
+        got = json.load(f)
+    for pod, e in got["pods"].items():
+        a = e["admission"]
+        print(f"  {pod}: " + (a if isinstance(a, str) else f"refused: {a['refused']}: {a['message']}"))
+        for c, k in (e.get("containers") or {}).items():
+            print(f"    {c}: cpuset.cpus={k['cpus']} cpuset.mems={k['mems']} quota={k['cpu_quota']}")
+
+
+def cmd_probe(args):
+    """A tamper spec for the first container of a run: its cpuset.mems made wrong."""
+    with open(args.file) as f:
+        got = json.load(f)
+    for pod, e in sorted(got["pods"].items()):
+        for c, k in sorted((e.get("containers") or {}).items()):
+            print(f"pods.{pod}.containers.{c}.mems={k['mems']}9")
+            return 0
+    return 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -398,8 +426,10 @@ def main():
     p.add_argument("kubelet")
     p.add_argument("shim")
     p.add_argument("--tamper", action="append")
+    for name in ("summary", "probe"):
+        sub.add_parser(name).add_argument("file")
     args = ap.parse_args()
-    return {"cases": cmd_cases, "prepare": cmd_prepare, "settle": cmd_settle,
+    return {"summary": cmd_summary, "probe": cmd_probe, "cases": cmd_cases, "prepare": cmd_prepare, "settle": cmd_settle,
             "collect": cmd_collect, "compare": cmd_compare}[args.cmd](args) or 0
 
 
