@@ -80,8 +80,10 @@ def pod(name, containers, sidecars=(), pod_resources=None):
 
 
 def burst():
-    return pod("burst", [ctr("app", {"requests": {"cpu": "250m", "memory": "64Mi"},
-                                     "limits": {"cpu": "500m", "memory": "64Mi"}})])
+    """A Burstable pod in the node shared pool that asks no CPU (the node's allocatable CPUs,
+    all but the reserved one, stay for the others: the kubelet's own admission would refuse a
+    pod over them before any manager sees it)."""
+    return pod("burst", [ctr("app", {"requests": {"memory": "64Mi"}, "limits": {"memory": "64Mi"}})])
 
 
 def cases(per):
@@ -90,16 +92,17 @@ def cases(per):
     wide = per + 1
     return {
         # The tutorial's pods scaled to the guest, pod scope: a node-shared pod, a 1-CPU pod,
-        # pod-level-resource-demo (a node's CPUs shared by two workers), pod-scope-mixed (a
-        # node's CPUs: main-app's exclusive slice and two sidecars in the pod pool), then a pod
-        # bigger than a node: refused under single-numa-node (on 2 nodes pod-scope-mixed too).
+        # pod-scope-mixed (a node's CPUs: main-app's exclusive slice and two sidecars in the
+        # pod pool), pod-level-resource-demo (a node's CPUs shared by two workers; on 2 nodes
+        # over the allocatable CPUs, refused by the kubelet's own admission), then a pod bigger
+        # than a node: refused under single-numa-node.
         "pod-single-numa-node": ("single-numa-node", "pod", None, [
             burst(),
             pod("guaranteed", [ctr("app", res(1, "128Mi"))]),
-            pod("pod-level-resource-demo", [ctr("worker-1"), ctr("worker-2")],
-                pod_resources=res(per, "256Mi")),
             pod("pod-scope-mixed", [ctr("main-app", res(1, "128Mi"))],
                 sidecars=[ctr("metrics-sidecar", sidecar=True), ctr("logging-sidecar", sidecar=True)],
+                pod_resources=res(per, "256Mi")),
+            pod("pod-level-resource-demo", [ctr("worker-1"), ctr("worker-2")],
                 pod_resources=res(per, "256Mi")),
             pod("too-big", [ctr("app", res(wide, "128Mi"))]),
         ]),
