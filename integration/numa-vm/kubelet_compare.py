@@ -147,10 +147,11 @@ DOCUMENTED = {
 
 def cmd_cases(_args):
     _, per = topology()
-    wanted = os.environ.get("NUMAVM_KUBELET_CASES", "").split()
-    for name in cases(per):
-        if not wanted or name in wanted:
-            print(name)
+    known = cases(per)
+    for name in os.environ.get("NUMAVM_KUBELET_CASES", "").split() or known:
+        if name not in known:
+            sys.exit(f"NUMAVM_KUBELET_CASES: no case {name} (cases: {' '.join(known)})")
+        print(name)
 
 
 def cmd_prepare(args):
