@@ -6,7 +6,8 @@
 # skips it), and prints each one's result and wall time. Builds numa-shim, the PodResources
 # client and the sample device plugin first. Needs root and the kubelet in the cache
 # (integration/install-deps.sh); installs the Debian packages it needs. Costs about 10 minutes
-# for the crictl flows and 25-35 minutes per shape for the kubelet comparison (docs/fidelity.md).
+# for the crictl flows; the kubelet comparison costs about 30 minutes per case and shape on a
+# loaded 2-CPU machine (README, docs/fidelity.md): NUMAVM_KUBELET_CASES picks cases.
 #
 #   integration/numa-vm/all-shapes.sh [SHAPE...]
 set -euo pipefail

@@ -237,8 +237,9 @@ def cmd_settle(args):
 
 
 def node_ids(topo):
-    """NUMA node ids of a PodResources topology (proto3 JSON leaves out id 0)."""
-    return sorted({int(n.get("id", 0)) for n in (topo or {}).get("nodes") or []})
+    """NUMA node ids of a PodResources topology: NUMANode's field is `ID` (proto names), and
+    proto3 JSON leaves out id 0."""
+    return sorted({int(n.get("ID", n.get("id", 0))) for n in (topo or {}).get("nodes") or []})
 
 
 def norm_container(c):
