@@ -37,6 +37,7 @@ import sys
 import time
 import urllib.request
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numa_check  # noqa: E402  (the kernel readers: pid_of, cgroup_dir, read, status_field)
 
