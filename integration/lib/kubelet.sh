@@ -102,11 +102,25 @@ _it_cgroup_mounts() {
 }
 
 # _it_make_cgroup PATH: creates PATH (e.g. /nsit-x/kubelet-a) in every hierarchy; cpuset
-# folders get their parent's cpus and mems (cgroup v1 starts them empty).
+# folders get their parent's cpus and mems (cgroup v1 starts them empty). On cgroup v2 (the
+# multi-NUMA guests of integration/numa-vm) every folder on the way enables for its children
+# the controllers it has: the kubelet's cgroupfs manager needs cpuset, cpu, memory and pids in
+# its cgroupRoot.
 _it_make_cgroup() {
-    local path=$1 h d rel part
+    local path=$1 h d rel part c ctrls
     while read -r h; do
         mkdir -p "$h$path"
+        if [[ -f $h/cgroup.controllers ]]; then
+            d=$h rel=${path#/}
+            for part in ${rel//\// }; do
+                d=$d/$part
+                read -ra ctrls <"$d/cgroup.controllers"
+                for c in "${ctrls[@]}"; do
+                    grep -qw "$c" "$d/cgroup.subtree_control" || echo "+$c" >"$d/cgroup.subtree_control"
+                done
+            done
+            continue
+        fi
         [[ -f $h/cpuset.cpus && ! -f $h/cgroup.controllers ]] || continue
         d=$h rel=${path#/}
         for part in ${rel//\// }; do
@@ -164,7 +178,7 @@ _it_sysctl_release() {
 }
 
 # it_kubelet_start NAME [OPTIONS]: writes the kubelet's files (it_kubelet_config) and starts it;
-# waits for /healthz.
+# waits for /healthz (IT_KUBELET_START_SECS, default 60: the multi-NUMA guests need minutes).
 #   --version V        kubelet version [IT_KUBELET_VERSION]
 #   --runtime EP       CRI endpoint the kubelet uses (numa-shim's socket) [unix://IT_SOCK]
 #   --direct EP        the runtime itself, where clean-up removes this kubelet's pods [unix://IT_SOCK]
@@ -299,7 +313,8 @@ port=$port
 cgroup_root=/$IT_CG/kubelet-$name
 EOF
     [[ $run == yes ]] || return 0
-    for ((i = 0; i < 300; i++)); do
+    local polls=$((${IT_KUBELET_START_SECS:-60} * 5))
+    for ((i = 0; i < polls; i++)); do
         [[ $(curl -fsS "http://127.0.0.1:$hz/healthz" 2>/dev/null) == ok ]] && break
         if ! kill -0 "$pid" 2>/dev/null; then
             tail -20 "$IT_LOGS/kubelet-$name.log" >&2
@@ -307,7 +322,7 @@ EOF
         fi
         sleep 0.2
     done
-    ((i < 300)) || it_die "kubelet $name not healthy after 60s (log $IT_LOGS/kubelet-$name.log)"
+    ((i < polls)) || it_die "kubelet $name not healthy after ${IT_KUBELET_START_SECS:-60}s (log $IT_LOGS/kubelet-$name.log)"
     it_log "kubelet $version '$name' pid $pid on $runtime (log $IT_LOGS/kubelet-$name.log)"
 }
 

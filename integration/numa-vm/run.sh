@@ -20,7 +20,8 @@
 # Prints the guest's console (CMD's output among it) and exits with CMD's exit status; 124 when
 # the guest did not report one within the timeout (default 900 s, NUMAVM_TIMEOUT), after which
 # qemu is killed. The share (CMD's output, its exit status, anything CMD left in NUMAVM_OUT) is
-# kept in integration/.work/numa-vm/last-SHAPE. Needs root; installs the Debian packages it needs.
+# kept in integration/.work/numa-vm/last-SHAPE (last-SHAPE-TAG with NUMAVM_TAG). Needs root;
+# installs the Debian packages it needs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=integration/lib/common.sh
@@ -118,7 +119,7 @@ source "$here/../lib/image.sh"
 it_build_images >/dev/null
 
 # The share: the guest's second stage, the command, its environment and folder in; output out.
-share=$vmwork/last-$shape
+share=$vmwork/last-$shape${NUMAVM_TAG:+-$NUMAVM_TAG}
 rm -rf "$share"
 mkdir -p "$share"
 cp "$here/guest.sh" "$share/guest.sh"
