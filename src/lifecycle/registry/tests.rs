@@ -616,7 +616,7 @@ mod resize_props {
                         if r.pods().contains_key(&uid) {
                             continue;
                         }
-                        if r.admit(pod(&uid, None, vec![app("c", guaranteed(n, 1))]), Source::Spec).is_err() {
+                        if r.admit(pod_of(&uid, None, vec![app("c", guaranteed(n * 1000, GI))]), Source::Spec).is_err() {
                             continue;
                         }
                         let sandbox = format!("sb-{uid}");
