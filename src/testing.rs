@@ -8,5 +8,6 @@ pub mod devices;
 pub mod e2e;
 pub mod podresources;
 pub mod pods_api;
+pub mod process;
 pub mod relay;
 pub mod served;

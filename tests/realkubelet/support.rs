@@ -16,6 +16,7 @@ use numa_shim::cgroup::{Host, Reading};
 use numa_shim::lifecycle::runtime::pid_of;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
+use numa_shim::testing::process::ShimProcess;
 use numa_shim::transport::unix_channel;
 use serde_json::Value;
 
@@ -119,13 +120,11 @@ pub fn settings(scope: &str) -> String {
     )
 }
 
-/// A numa-shim process.
+/// A numa-shim process (the one launcher, `testing::process`, with this suite's flags).
 pub struct Shim {
-    child: Option<Child>,
+    process: ShimProcess,
     pub socket: PathBuf,
     pub metrics: String,
-    args: Vec<String>,
-    log: PathBuf,
 }
 
 impl Shim {
@@ -153,15 +152,16 @@ impl Shim {
             "2s".into(),
         ];
         args.extend(extra.iter().cloned());
-        let mut shim = Self {
-            child: None,
+        // NUMA_SHIM_IT_BIN runs another build (e.g. an older one, to see a test fail on it).
+        let bin = std::env::var("NUMA_SHIM_IT_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_numa-shim").to_string());
+        let process =
+            ShimProcess::start(Path::new(&bin), args, &socket, &dir.join("numa-shim.log")).await;
+        Self {
+            process,
             socket,
             metrics,
-            args,
-            log: dir.join("numa-shim.log"),
-        };
-        shim.spawn().await;
-        shim
+        }
     }
 
     /// numa-shim relaying only (no placement): the reference mode's.
@@ -181,34 +181,6 @@ impl Shim {
         Self::start(env, name, &extra).await
     }
 
-    async fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        // NUMA_SHIM_IT_BIN runs another build (e.g. an older one, to see a test fail on it).
-        let bin = std::env::var("NUMA_SHIM_IT_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_numa-shim").to_string());
-        let child = Command::new(bin)
-            .args(&self.args)
-            .env("RUST_LOG", "numa_shim=debug,info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.answers().await {
-            assert!(
-                Instant::now() < deadline,
-                "numa-shim did not answer; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
     /// The `runtime_name` of the runtime behind numa-shim (its Version answer, relayed).
     pub async fn runtime_name(&self) -> String {
         let mut client = RuntimeServiceClient::new(unix_channel(&self.socket));
@@ -220,49 +192,34 @@ impl Shim {
             .runtime_name
     }
 
-    async fn answers(&self) -> bool {
-        let mut client = RuntimeServiceClient::new(unix_channel(&self.socket));
-        client.version(cri::VersionRequest::default()).await.is_ok()
-    }
-
     pub fn endpoint(&self) -> String {
         format!("unix://{}", self.socket.display())
     }
 
     /// SIGKILL, as a crash.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
+        self.process.kill9();
     }
 
     /// Starts the same process again (same socket, state dir and settings), as systemd would.
     pub async fn restart(&mut self) {
-        self.kill9();
-        self.spawn().await;
+        self.process.restart().await;
     }
 
     /// SIGTERM (a clean stop: numa-shim drains its calls and exits), waits for the exit.
     #[allow(dead_code)] // used by tests/cluster, which shares this file
     pub fn terminate(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            child.wait().unwrap();
-        }
+        self.process.terminate();
     }
 
     /// Starts the process again after [`Self::kill9`] or [`Self::terminate`].
     #[allow(dead_code)] // used by tests/cluster
     pub async fn start_again(&mut self) {
-        assert!(self.child.is_none(), "numa-shim is still running");
-        self.spawn().await;
+        self.process.start_again().await;
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log_text()
     }
 
     /// `GET /placement`.
@@ -279,12 +236,6 @@ impl Shim {
     pub fn pod_resources(&self) -> PathBuf {
         self.socket
             .with_file_name("state/pod-resources/kubelet.sock")
-    }
-}
-
-impl Drop for Shim {
-    fn drop(&mut self) {
-        self.kill9();
     }
 }
 

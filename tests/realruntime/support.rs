@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use numa_shim::cgroup::{Host, Reading};
@@ -16,6 +16,7 @@ use numa_shim::lifecycle::runtime::pid_of;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use numa_shim::proto::podsapi::core_v1;
+use numa_shim::testing::process::ShimProcess;
 use numa_shim::transport::unix_channel;
 use tonic::transport::Channel;
 
@@ -73,13 +74,11 @@ memoryManagerPolicy: Static
 reservedMemory: [{numaNode: 0, limits: {memory: 100Mi}}]
 ";
 
-/// A numa-shim process.
+/// A numa-shim process (the one launcher, `testing::process`, with this suite's flags).
 pub struct Shim {
-    child: Option<Child>,
+    process: ShimProcess,
     pub socket: PathBuf,
     pub state_dir: PathBuf,
-    args: Vec<String>,
-    log: PathBuf,
 }
 
 impl Shim {
@@ -105,42 +104,12 @@ impl Shim {
             "1s".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut shim = Self {
-            child: None,
+        let bin = Path::new(env!("CARGO_BIN_EXE_numa-shim"));
+        let process = ShimProcess::start(bin, args, &socket, &dir.join("numa-shim.log")).await;
+        Self {
+            process,
             socket,
             state_dir,
-            args,
-            log: dir.join("numa-shim.log"),
-        };
-        shim.spawn().await;
-        shim
-    }
-
-    async fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
-            .args(&self.args)
-            .env("RUST_LOG", "numa_shim=debug,info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if Cri::connect(&self.socket).await.version().await.is_ok() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "numa-shim did not answer; log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -173,53 +142,30 @@ impl Shim {
 
     /// SIGKILL, as a crash.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
+        self.process.kill9();
     }
 
     /// SIGTERM, and waits for the process to exit (a clean stop).
     pub fn terminate(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let pid = child.id().to_string();
-            Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-            child.wait().unwrap();
-        }
+        self.process.terminate();
     }
 
     /// Starts the process again after [`Shim::terminate`] or [`Shim::kill9`].
     pub async fn start_again(&mut self) {
-        self.spawn().await;
+        self.process.start_again().await;
     }
 
     /// Starts the same process again (same socket, state dir and settings).
     pub async fn restart(&mut self) {
-        self.kill9();
-        self.spawn().await;
+        self.process.restart().await;
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log_text()
     }
 
     pub async fn cri(&self) -> Cri {
         Cri::connect(&self.socket).await
-    }
-}
-
-impl Drop for Shim {
-    fn drop(&mut self) {
-        self.kill9();
-        if std::thread::panicking() {
-            // What numa-shim recovered and refused, beside the failed test's output.
-            let log = self.log_text();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- the last lines of {}:", self.log.display());
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
-        }
     }
 }
 
