@@ -84,6 +84,8 @@ pub struct Setup {
     /// reads it every `drift_period` ([`Setup::drift`]); `None`: no drift check beyond start-up.
     pub cgroups: Option<PathBuf>,
     pub drift_period: Duration,
+    /// Where decisions read the kubelet's devices (`None`: without devices).
+    pub devices: Option<Arc<dyn lifecycle::DeviceSource>>,
 }
 
 impl Setup {
@@ -97,6 +99,7 @@ impl Setup {
             cgroups: None,
             // No periodic pass: every cpuset change must come from a pool-change wake-up.
             drift_period: Duration::from_secs(3600),
+            devices: None,
         }
     }
 
@@ -111,6 +114,7 @@ impl Setup {
             cgroups: None,
             // No periodic pass: every cpuset change must come from a pool-change wake-up.
             drift_period: Duration::from_secs(3600),
+            devices: None,
         }
     }
 
@@ -119,6 +123,12 @@ impl Setup {
     pub fn drift(mut self, root: &Path, period: Duration) -> Self {
         self.cgroups = Some(root.to_path_buf());
         self.drift_period = period;
+        self
+    }
+
+    /// Decisions read the kubelet's devices from `source` (e.g. `testing::devices::FakeDevices`).
+    pub fn devices(mut self, source: Arc<dyn lifecycle::DeviceSource>) -> Self {
+        self.devices = Some(source);
         self
     }
 
@@ -162,7 +172,7 @@ impl Shim {
                 },
             },
             runtime_wait: Some(Duration::from_secs(5)),
-            devices: None,
+            devices: setup.devices.clone(),
         };
         let started = lifecycle::start(options, runtime.path.clone(), Arc::new(Metrics::new()))
             .await
