@@ -419,7 +419,6 @@ impl RuntimeService for Fake {
         Ok(Response::new(cri::ContainerStatusResponse {
             status: Some(status),
             info,
-            ..Default::default()
         }))
     }
 
