@@ -86,17 +86,11 @@ stage "cargo test" cargo test --all-targets
 stage "real-runtime placement" cargo test --test realruntime -- --ignored --test-threads=1
 # numa-shim against the kubelet's own managers (kubelet-oracle, built by install-deps.sh).
 stage "kubelet oracle" "$here/oracle.sh" --fixed
-# The real kubelet drives numa-shim (tests/realkubelet), for each version CI tests.
-# The device-plugin test needs the pod's spec with its extended resources, which numa-shim gets
-# from the kubelet's Pods API (1.37); on older kubelets without an API server it infers specs
-# from CRI, where a device pod's container was seen without its exclusive CPU (open, see
-# docs/devices.md "Kubelets before 1.37"): that test runs on the newest kubelet only.
+# The real kubelet drives numa-shim (tests/realkubelet), for each version CI tests. On kubelets
+# before 1.37 (no Pods API) numa-shim infers pod specs from CRI; the device-plugin test runs there
+# too (docs/devices.md "Kubelets before 1.37", inference rule C4).
 for v in "${IT_KUBELET_CI_VERSIONS[@]}"; do
-    if [[ $v == "${IT_KUBELET_VERSIONS[-1]}" ]]; then
-        stage "real kubelet $v" it_kubelet_tests "$v"
-    else
-        stage "real kubelet $v" it_kubelet_tests "$v" --skip devices::
-    fi
+    stage "real kubelet $v" it_kubelet_tests "$v"
 done
 # grpcio's and grpc-java's default channels through numa-shim (they install what they need).
 stage "grpc clients" cargo test --test relay --test podresources -- --ignored clients:: python::

@@ -182,10 +182,17 @@ pub fn pod_from_sandbox(uid: &str, namespace: &str, name: &str, sandbox: &CriRes
 
 /// A container as CreateContainer shows it (rule C1: every container is an app container;
 /// rule C2: a container whose resources are exactly the pod budget's limits declared none of
-/// its own, since the kubelet fills in the pod limits for such containers).
-pub fn container(pod: &PodSpec, name: &str, cri: &CriResources) -> ContainerSpec {
+/// its own, since the kubelet fills in the pod limits for such containers; rule C4: unless it
+/// holds devices (`holds_devices`: device plugin devices in CRI or the kubelet's PodResources),
+/// which only a container's own resources can ask for, so it declared them).
+pub fn container(
+    pod: &PodSpec,
+    name: &str,
+    cri: &CriResources,
+    holds_devices: bool,
+) -> ContainerSpec {
     let mut own = resources(cri);
-    if let Some(budget) = &pod.resources {
+    if let Some(budget) = pod.resources.as_ref().filter(|_| !holds_devices) {
         if own.limits.cpu_milli == budget.limits.cpu_milli
             && own.limits.memory == budget.limits.memory
         {
@@ -240,12 +247,32 @@ mod tests {
             pod.resources.as_ref().unwrap().requests.cpu_milli,
             Some(4000)
         );
-        let c = container(&pod, "helper", &cri(4096, 400_000, 4 << 30));
+        let c = container(&pod, "helper", &cri(4096, 400_000, 4 << 30), false);
         assert_eq!(c.resources, Resources::default());
-        let main = container(&pod, "main", &cri(2048, 200_000, 2 << 30));
+        let main = container(&pod, "main", &cri(2048, 200_000, 2 << 30), false);
         assert_eq!(main.resources.requests.cpu_milli, Some(2000));
         assert_eq!(main.resources.limits.cpu_milli, Some(2000));
         assert_eq!(main.resources.requests.memory, Some(2 << 30));
+    }
+
+    /// Kubelet v1.34.4 without the Pods API, sample device plugin: a classic Guaranteed pod
+    /// with one container of 1 CPU, 128Mi and one `example.com/gpu`. The sandbox's resources
+    /// (the sum of the containers) equal the container's, so C2 alone took it for a container
+    /// without resources of its own and put it in the pod shared pool, without its exclusive
+    /// CPU. A container holding devices asked for them itself (device requests exist only in a
+    /// container's own resources): it declared its own resources (C4), and C3 makes it eligible
+    /// for an exclusive slice.
+    #[test]
+    fn rule_c4_a_container_holding_devices_declared_its_own_resources() {
+        let sandbox = cri(1024, 100_000, 128 << 20);
+        let pod = pod_from_sandbox("u", "default", "gpu", &sandbox);
+        let app = container(&pod, "app", &sandbox, true);
+        assert_eq!(app.resources.requests.cpu_milli, Some(1000));
+        assert_eq!(app.resources.limits.cpu_milli, Some(1000));
+        assert_eq!(app.resources.requests.memory, Some(128 << 20));
+        // The same container without devices is still read by C2.
+        let plain = container(&pod, "app", &sandbox, false);
+        assert_eq!(plain.resources, Resources::default());
     }
 
     #[test]

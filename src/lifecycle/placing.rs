@@ -230,6 +230,8 @@ impl Placer {
         if infers {
             own.check("config.linux.resources")?;
         }
+        // Rule C4 of the inference: a container holding devices declared its own resources.
+        let holds_devices = infers && self.holds_devices(&req.pod_sandbox_id, config, &name).await;
         // An inferred pod's container is decided by its extension, which must be on disk before
         // the container is created: also on a retry whose first attempt could not write it.
         if infers || inferred_before.is_some() {
@@ -240,8 +242,9 @@ impl Placer {
             self.decide("CreateContainer", move |registry| {
                 let before = registry.node().shared_cpus();
                 let revision = registry.last_revision();
-                let decided = registry
-                    .decide_container(&sandbox, &name, |pod| infer::container(pod, &name, &own));
+                let decided = registry.decide_container(&sandbox, &name, |pod| {
+                    infer::container(pod, &name, &own, holds_devices)
+                });
                 let inferred = registry.inferred_container(&sandbox, &name);
                 let pool_moved = registry.node().shared_cpus() != before;
                 let changed = registry.last_revision() != revision;
@@ -297,6 +300,33 @@ impl Placer {
             warn!(sandbox = %sandbox_id, container = %name, reason = err.reason(), message = %err, "container refused");
             err.into()
         }
+    }
+
+    /// Whether container `name` of the sandbox holds devices, for inference (rule C4): device
+    /// plugin device nodes or CDI devices in its CreateContainer, else devices the kubelet's
+    /// PodResources lists for it (a plugin may hand out only environment variables or mounts).
+    async fn holds_devices(
+        &self,
+        sandbox_id: &str,
+        config: &cri::ContainerConfig,
+        name: &str,
+    ) -> bool {
+        if !config.devices.is_empty() || !config.cdi_devices.is_empty() {
+            return true;
+        }
+        let pod = {
+            let registry = self.registry();
+            registry.pod_of_sandbox(sandbox_id).map(|p| p.spec.clone())
+        };
+        let Some(pod) = pod else {
+            return false;
+        };
+        self.device_facts(&pod).await.is_some_and(|facts| {
+            facts
+                .allocated
+                .get(name)
+                .is_some_and(|held| held.values().any(|ids| !ids.is_empty()))
+        })
     }
 
     /// The cpuset numa-shim keeps for a container it placed (UpdateContainerResources).

@@ -1,6 +1,7 @@
 //! Keeps running containers' cpusets right: pushes pool changes (UpdateContainerResources of
-//! numa-shim's own, with retries) and periodically checks what the kernel applied (drift),
-//! restoring and counting what others changed.
+//! numa-shim's own, with retries) and periodically checks what the kernel applied (drift:
+//! `cpuset.cpus`, `cpuset.mems`, the lifted CFS quota), restoring and counting what others
+//! changed.
 //!
 //! Each round snapshots what to do under the registry lock, releases it, then talks to the
 //! runtime; results are recorded under a fresh, short lock.
@@ -13,7 +14,8 @@ use tracing::{debug, info, warn};
 use super::placer::Placer;
 use super::registry::CpusetUpdate;
 use super::runtime::{pid_of, Runtime};
-use crate::cgroup::Host;
+use crate::cgroup::{Host, Reading};
+use crate::cpuset::CpuSet;
 use crate::telemetry::ResourceName;
 
 /// Attempts per cpuset update before waiting for the next round.
@@ -104,7 +106,12 @@ async fn push(runtime: &Runtime, update: &CpusetUpdate, settings: &PoolSettings)
     let cpus = update.cpus.to_string();
     for attempt in 1..=ATTEMPTS {
         let err = match runtime
-            .update_cpuset(&update.container_id, &cpus, update.mems.as_deref())
+            .update_cpuset(
+                &update.container_id,
+                &cpus,
+                update.mems.as_deref(),
+                update.cpu_quota,
+            )
             .await
         {
             Ok(()) => {
@@ -144,8 +151,9 @@ async fn not_running(runtime: &Runtime, container_id: &str) -> Option<Pushed> {
     }
 }
 
-/// Reads the real cpuset of every recorded running container and restores the ones that differ
-/// from what numa-shim applied; returns how many were corrected.
+/// Reads the real cpuset (cpus, mems) and CFS quota of every recorded running container and
+/// restores the ones that differ from what numa-shim decided ([`drifts`]): cpus always, mems
+/// where numa-shim set them, the quota where it lifted it. Returns how many were corrected.
 pub async fn check_drift(placer: &Placer, runtime: &Runtime, settings: &PoolSettings) -> usize {
     let records: Vec<CpusetUpdate> = placer
         .registry()
@@ -155,6 +163,7 @@ pub async fn check_drift(placer: &Placer, runtime: &Runtime, settings: &PoolSett
             container_id: id.clone(),
             cpus: c.cpus.clone(),
             mems: c.mems.clone(),
+            cpu_quota: c.cpu_quota(),
         })
         .collect();
     let mut corrected = 0;
@@ -182,13 +191,83 @@ pub async fn check_drift(placer: &Placer, runtime: &Runtime, settings: &PoolSett
                 continue;
             }
         };
-        if reading.cpus != record.cpus {
-            warn!(container = %record.container_id, want = %record.cpus, found = %reading.cpus, "cpuset drifted; restoring");
-            placer.metrics().drift_correction(ResourceName::Cpu);
-            if push(runtime, &record, settings).await == Pushed::Applied {
-                corrected += 1;
+        let drifted = drifts(&record, &reading);
+        if drifted.is_empty() {
+            continue;
+        }
+        let what: Vec<&str> = drifted.iter().map(|d| d.field()).collect();
+        warn!(
+            container = %record.container_id,
+            drifted = ?what,
+            want_cpus = %record.cpus,
+            found_cpus = %reading.cpus,
+            want_mems = record.mems.as_deref().unwrap_or("-"),
+            found_mems = %reading.mems,
+            want_quota = record.cpu_quota.unwrap_or(0),
+            found_quota = reading.cfs_quota,
+            "placement drifted; restoring"
+        );
+        // Counted once per resource per container (cpus and quota are both `cpu`).
+        for resource in [ResourceName::Cpu, ResourceName::Memory] {
+            if drifted.iter().any(|d| d.resource() == resource) {
+                placer.metrics().drift_correction(resource);
             }
+        }
+        if push(runtime, &record, settings).await == Pushed::Applied {
+            corrected += 1;
         }
     }
     corrected
 }
+
+/// What of a container's placement the kernel no longer has as numa-shim decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drift {
+    /// `cpuset.cpus`.
+    Cpus,
+    /// `cpuset.mems` (only where numa-shim set them).
+    Mems,
+    /// The CFS quota (only where numa-shim decided one: the lifted quota of an exclusive slice).
+    Quota,
+}
+
+impl Drift {
+    /// The cgroup value as logs name it.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Cpus => "cpuset.cpus",
+            Self::Mems => "cpuset.mems",
+            Self::Quota => "cfs_quota",
+        }
+    }
+
+    /// The `resource_name` of `numa_shim_drift_corrections_total`.
+    pub fn resource(self) -> ResourceName {
+        match self {
+            Self::Cpus | Self::Quota => ResourceName::Cpu,
+            Self::Mems => ResourceName::Memory,
+        }
+    }
+}
+
+/// Where `found` (what the kernel applied) differs from `want` (what numa-shim decided), in the
+/// order cpus, mems, quota. Mems are compared only when numa-shim set them and the quota only
+/// when it decided one; everything else is the kubelet's and the runtime's.
+pub fn drifts(want: &CpusetUpdate, found: &Reading) -> Vec<Drift> {
+    let mut drifted = Vec::new();
+    if found.cpus != want.cpus {
+        drifted.push(Drift::Cpus);
+    }
+    // What numa-shim sent is the kubelet's list form ("0,1"); the kernel writes ranges ("0-1").
+    let mems = want.mems.as_deref().and_then(|m| CpuSet::parse(m).ok());
+    if mems.is_some_and(|mems| found.mems != mems) {
+        drifted.push(Drift::Mems);
+    }
+    if want.cpu_quota.is_some_and(|quota| found.cfs_quota != quota) {
+        drifted.push(Drift::Quota);
+    }
+    drifted
+}
+
+#[cfg(test)]
+mod tests;

@@ -77,6 +77,14 @@ pub struct ContainerRecord {
     pub pinned: bool,
 }
 
+impl ContainerRecord {
+    /// The CFS quota numa-shim decided: `Some(-1)` (lifted) for an exclusive slice, `None` where
+    /// the kubelet's value is kept.
+    pub fn cpu_quota(&self) -> Option<i64> {
+        self.exclusive.then_some(-1)
+    }
+}
+
 /// What to write into a container's CRI resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerDecision {
@@ -89,12 +97,15 @@ pub struct ContainerDecision {
     pub isolation: Isolation,
 }
 
-/// A cpuset change numa-shim must push to a running container.
+/// A cpuset change numa-shim must push to a running container (a pool change, or what the
+/// drift check puts back): its cpus, its mems and the CFS quota numa-shim decided, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpusetUpdate {
     pub container_id: String,
     pub cpus: CpuSet,
     pub mems: Option<String>,
+    /// `Some(-1)` for a container whose quota numa-shim lifted; `None` keeps the runtime's.
+    pub cpu_quota: Option<i64>,
 }
 
 /// The serialisable part of a registry (the checkpoint payload).
@@ -433,6 +444,7 @@ impl Registry {
                 container_id: id.clone(),
                 cpus: want,
                 mems: c.mems.clone(),
+                cpu_quota: c.cpu_quota(),
             })
             .collect()
     }

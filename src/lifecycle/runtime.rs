@@ -58,24 +58,17 @@ impl Runtime {
         }
     }
 
-    /// Sets a running container's cpuset (only `cpuset_cpus`/`cpuset_mems`, as the kubelet's CPU
-    /// manager reconcile does).
+    /// Sets a running container's cpuset and, when numa-shim decided one, its CFS quota (only
+    /// `cpuset_cpus`/`cpuset_mems`, as the kubelet's CPU manager reconcile does, plus the lifted
+    /// quota of an exclusive slice: a container whose cgroup lost it gets it back).
     pub async fn update_cpuset(
         &self,
         container_id: &str,
         cpus: &str,
         mems: Option<&str>,
+        cpu_quota: Option<i64>,
     ) -> Result<(), RuntimeError> {
-        let linux = cri::LinuxContainerResources {
-            cpuset_cpus: cpus.to_string(),
-            cpuset_mems: mems.unwrap_or_default().to_string(),
-            ..Default::default()
-        };
-        let request = cri::UpdateContainerResourcesRequest {
-            container_id: container_id.to_string(),
-            linux: Some(linux),
-            ..Default::default()
-        };
+        let request = update_request(container_id, cpus, mems, cpu_quota);
         self.client
             .clone()
             .update_container_resources(request)
@@ -129,6 +122,27 @@ impl Runtime {
     }
 }
 
+/// The UpdateContainerResources numa-shim sends: the fields it decides, every other one left at
+/// its zero value, which runtimes read as "keep" (`cpu_quota` 0 included).
+fn update_request(
+    container_id: &str,
+    cpus: &str,
+    mems: Option<&str>,
+    cpu_quota: Option<i64>,
+) -> cri::UpdateContainerResourcesRequest {
+    let linux = cri::LinuxContainerResources {
+        cpuset_cpus: cpus.to_string(),
+        cpuset_mems: mems.unwrap_or_default().to_string(),
+        cpu_quota: cpu_quota.unwrap_or_default(),
+        ..Default::default()
+    };
+    cri::UpdateContainerResourcesRequest {
+        container_id: container_id.to_string(),
+        linux: Some(linux),
+        ..Default::default()
+    }
+}
+
 /// The process id in a verbose ContainerStatus `info` (containerd: `info` JSON with `pid`).
 pub fn pid_of(status: &cri::ContainerStatusResponse) -> Option<u32> {
     let info = status.info.get("info")?;
@@ -144,6 +158,36 @@ pub fn pid_of(status: &cri::ContainerStatusResponse) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// The update carries the cpus, the mems and the lifted quota numa-shim decided, and leaves
+    /// the rest (the kubelet's shares, period, memory limit) at zero: "keep".
+    #[test]
+    fn update_carries_cpus_mems_and_the_decided_quota() {
+        let request = update_request("c1", "2-3", Some("1"), Some(-1));
+        let linux = request.linux.unwrap();
+        assert_eq!(request.container_id, "c1");
+        assert_eq!(
+            (
+                linux.cpuset_cpus.as_str(),
+                linux.cpuset_mems.as_str(),
+                linux.cpu_quota
+            ),
+            ("2-3", "1", -1)
+        );
+        assert_eq!(
+            cri::LinuxContainerResources {
+                cpuset_cpus: String::new(),
+                cpuset_mems: String::new(),
+                cpu_quota: 0,
+                ..linux
+            },
+            cri::LinuxContainerResources::default(),
+            "nothing else is set"
+        );
+        // Without a decided quota and mems: the runtime keeps its own.
+        let linux = update_request("c1", "0", None, None).linux.unwrap();
+        assert_eq!((linux.cpuset_mems.as_str(), linux.cpu_quota), ("", 0));
+    }
+
     /// Each of numa-shim's own calls names the socket and the method when it fails.
     #[tokio::test]
     async fn every_failed_call_names_socket_and_method() {
@@ -154,7 +198,10 @@ mod tests {
             runtime.sandboxes().await.map(drop).unwrap_err(),
             runtime.containers().await.map(drop).unwrap_err(),
             runtime.container_status("c1").await.map(drop).unwrap_err(),
-            runtime.update_cpuset("c1", "0", None).await.unwrap_err(),
+            runtime
+                .update_cpuset("c1", "0", None, None)
+                .await
+                .unwrap_err(),
         ];
         let methods = [
             "ListPodSandbox",

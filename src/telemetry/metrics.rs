@@ -379,10 +379,16 @@ impl Metrics {
         self.pool_memory.clear();
     }
 
-    /// One container whose `resource` placement (cpuset_cpus or cpuset_mems) drifted and was put
-    /// back.
+    /// One container whose `resource` placement drifted and was put back: `cpu` for its
+    /// `cpuset.cpus` or its lifted CFS quota, `memory` for its `cpuset.mems`.
     pub fn drift_correction(&self, resource: ResourceName) {
         self.drift_corrections.add(&[resource.as_str()], 1.0);
+    }
+
+    /// Current value of `numa_shim_drift_corrections_total{resource_name}`.
+    pub fn drift_corrections(&self, resource: ResourceName) -> u64 {
+        let value = self.drift_corrections.get(&[resource.as_str()]);
+        value.unwrap_or(0.0) as u64
     }
 
     /// One state checkpoint write; `ok == false` also counts a failure.

@@ -168,6 +168,9 @@ async fn every_cpu_allocated_without_a_reservation_restores() {
         config: config(yaml, &topology),
         topology,
         spec_source: numa_shim::lifecycle::SpecSource::CriOnly,
+        cgroups: None,
+        drift_period: std::time::Duration::from_secs(3600),
+        devices: None,
     };
     let shim = Shim::start(dir.path(), &setup).await;
     let kubelet = shim.kubelet().await;

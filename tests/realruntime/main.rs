@@ -622,7 +622,7 @@ async fn kubelet_cpuset_updates_are_kept_to_numa_shims_cpuset() {
     let shim = Shim::start(&env, "update", POD_SCOPE, &["--pod-knowledge", "cri"]).await;
     let cri = shim.cri().await;
     let mut cleanup = Cleanup::new(&env);
-    let (_, c) = cri.one_cpu_pod(&env, "pinned", &mut cleanup).await;
+    let (first, c) = cri.one_cpu_pod(&env, "pinned", &mut cleanup).await;
     let placed = cri.applied(&c).await;
     cri.update_cpuset(&c, &all_cpus().to_string())
         .await
@@ -640,6 +640,43 @@ async fn kubelet_cpuset_updates_are_kept_to_numa_shims_cpuset() {
         restored.cpus,
         placed.cpus,
         "drift corrected; log:\n{}",
+        shim.log_text()
+    );
+
+    // An exclusive CPU (1 of a 2-CPU budget: its own resources, C3) has its quota lifted; a
+    // quota put on it straight at containerd is lifted again by the drift check. (Its
+    // cpuset.mems cannot drift on this one-node host: 0 is the only node; tests/e2e/drift.rs
+    // covers mems.)
+    // The first pod goes: this machine has two CPUs to give.
+    cri.stop_pod(&first).await.unwrap();
+    cri.remove_pod(&first).await.unwrap();
+    let two = resources(Some(2000), Some(2000), Some(256 * MI));
+    let pod = PodDef::new("lifted", two);
+    let sandbox = cri.run_pod(&env, &pod).await.unwrap();
+    cleanup.sandboxes.push(sandbox.clone());
+    let one = resources(Some(1000), Some(1000), Some(128 * MI));
+    let x = cri
+        .start_container(&env, &pod, &sandbox, "x", one)
+        .await
+        .unwrap();
+    let lifted = cri.applied(&x).await;
+    assert_eq!((lifted.cpus.len(), lifted.cfs_quota), (1, -1), "{lifted:?}");
+    direct.update_quota(&x, 50_000).await.unwrap();
+    assert_eq!(
+        cri.applied(&x).await.cfs_quota,
+        50_000,
+        "containerd applied it"
+    );
+    let restored = cri.wait_quota(&x, -1).await;
+    assert_eq!(
+        (restored.cfs_quota, &restored.cpus),
+        (-1, &lifted.cpus),
+        "quota lifted again; log:\n{}",
+        shim.log_text()
+    );
+    assert!(
+        shim.log_text().contains("cfs_quota"),
+        "the drift is logged: {}",
         shim.log_text()
     );
 }

@@ -363,6 +363,23 @@ impl Cri {
             .map(|_| ())
     }
 
+    /// Sets the container's CFS quota alone (every other field zero: kept).
+    pub async fn update_quota(&self, id: &str, quota: i64) -> Result<(), tonic::Status> {
+        let request = cri::UpdateContainerResourcesRequest {
+            container_id: id.into(),
+            linux: Some(cri::LinuxContainerResources {
+                cpu_quota: quota,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.client
+            .clone()
+            .update_container_resources(request)
+            .await
+            .map(|_| ())
+    }
+
     pub async fn stop_container(&self, id: &str) -> Result<(), tonic::Status> {
         let request = cri::StopContainerRequest {
             container_id: id.into(),
@@ -437,6 +454,19 @@ impl Cri {
             .into_inner();
         let pid = pid_of(&status).expect("running container has a pid");
         Host::default().read_pid(pid).unwrap()
+    }
+
+    /// Waits until the kernel shows CFS quota `quota` for the container (the drift check is
+    /// periodic).
+    pub async fn wait_quota(&self, id: &str, quota: i64) -> Reading {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let reading = self.applied(id).await;
+            if reading.cfs_quota == quota || Instant::now() > deadline {
+                return reading;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits until the kernel shows `cpus` for the container (pool changes are asynchronous).

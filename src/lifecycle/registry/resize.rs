@@ -103,9 +103,12 @@ impl Registry {
             name: record.name.clone(),
         };
         // Rule C2 (docs/pod-knowledge.md): a container of a pod-level budget sent exactly the
-        // budget's limits declared none of its own; the kubelet sends the same on a resize.
+        // budget's limits declared none of its own; the kubelet sends the same on a resize. A
+        // container that holds devices was given its own resources at creation (rule C4), so
+        // one whose current resources are none holds no devices.
         let own_none = current == Resources::default()
-            && infer::container(&pod.spec, &record.name, cri).resources == Resources::default();
+            && infer::container(&pod.spec, &record.name, cri, false).resources
+                == Resources::default();
         let new = if own_none {
             current.clone()
         } else {

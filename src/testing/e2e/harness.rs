@@ -80,6 +80,12 @@ pub struct Setup {
     pub topology: Topology,
     pub config: Config,
     pub spec_source: SpecSource,
+    /// The fake runtime plays the kernel with its cgroup tree here, and numa-shim's drift check
+    /// reads it every `drift_period` ([`Setup::drift`]); `None`: no drift check beyond start-up.
+    pub cgroups: Option<PathBuf>,
+    pub drift_period: Duration,
+    /// Where decisions read the kubelet's devices (`None`: without devices).
+    pub devices: Option<Arc<dyn lifecycle::DeviceSource>>,
 }
 
 impl Setup {
@@ -90,6 +96,10 @@ impl Setup {
             topology,
             config,
             spec_source: SpecSource::CriOnly,
+            cgroups: None,
+            // No periodic pass: every cpuset change must come from a pool-change wake-up.
+            drift_period: Duration::from_secs(3600),
+            devices: None,
         }
     }
 
@@ -101,7 +111,25 @@ impl Setup {
             topology,
             config,
             spec_source: SpecSource::CriOnly,
+            cgroups: None,
+            // No periodic pass: every cpuset change must come from a pool-change wake-up.
+            drift_period: Duration::from_secs(3600),
+            devices: None,
         }
+    }
+
+    /// The fake runtime keeps a fake kernel's cgroup tree in `root` and numa-shim checks it for
+    /// drift every `period`.
+    pub fn drift(mut self, root: &Path, period: Duration) -> Self {
+        self.cgroups = Some(root.to_path_buf());
+        self.drift_period = period;
+        self
+    }
+
+    /// Decisions read the kubelet's devices from `source` (e.g. `testing::devices::FakeDevices`).
+    pub fn devices(mut self, source: Arc<dyn lifecycle::DeviceSource>) -> Self {
+        self.devices = Some(source);
+        self
     }
 
     pub fn pods_api(mut self, socket: &Path) -> Self {
@@ -113,7 +141,11 @@ impl Setup {
 impl Shim {
     /// Starts a fresh fake runtime and numa-shim with its state in `dir`.
     pub async fn start(dir: &Path, setup: &Setup) -> Self {
-        let runtime = Runtime::start(&dir.join("runtime.sock"), Fake::default()).await;
+        let fake = setup
+            .cgroups
+            .as_deref()
+            .map_or_else(Fake::default, Fake::with_cgroups);
+        let runtime = Runtime::start(&dir.join("runtime.sock"), fake).await;
         Self::start_with(dir, setup, runtime).await
     }
 
@@ -132,13 +164,15 @@ impl Shim {
             spec_source: setup.spec_source.clone(),
             reports: None,
             pool: lifecycle::pool::PoolSettings {
-                // No periodic pass: every cpuset change must come from a pool-change wake-up.
-                drift_period: Duration::from_secs(3600),
+                drift_period: setup.drift_period,
                 retry_backoff: Duration::from_millis(10),
-                ..Default::default()
+                host: match &setup.cgroups {
+                    Some(root) => crate::cgroup::Host::new(root.join("cg"), root.join("proc")),
+                    None => crate::cgroup::Host::default(),
+                },
             },
             runtime_wait: Some(Duration::from_secs(5)),
-            devices: None,
+            devices: setup.devices.clone(),
             claims: None,
         };
         let started = lifecycle::start(options, runtime.path.clone(), Arc::new(Metrics::new()))

@@ -69,6 +69,8 @@ pub struct Ctr {
     pub res: Res,
     /// A restartable init container (`restartPolicy: Always`).
     pub sidecar: bool,
+    /// Device nodes a device plugin gave it (host paths): CreateContainer's `devices`.
+    pub devices: Vec<String>,
 }
 
 /// A test pod.
@@ -106,6 +108,7 @@ impl PodDef {
             name: name.to_string(),
             res,
             sidecar: false,
+            devices: Vec::new(),
         });
         self
     }
@@ -115,7 +118,21 @@ impl PodDef {
             name: name.to_string(),
             res,
             sidecar: true,
+            devices: Vec::new(),
         });
+        self
+    }
+
+    /// Container `name` gets device node `host_path` from a device plugin (the kubelet puts the
+    /// plugin's `DeviceSpec`s into CreateContainer's `devices`).
+    pub fn device(mut self, name: &str, host_path: &str) -> Self {
+        let c = self
+            .init
+            .iter_mut()
+            .chain(&mut self.containers)
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("pod {} has no container {name}", self.name));
+        c.devices.push(host_path.to_string());
         self
     }
 
@@ -245,6 +262,15 @@ impl PodDef {
                     resources: Some(linux_resources(c.res.cpu_req, cpu_lim, mem_lim, Some(oom))),
                     security_context: None,
                 }),
+                devices: c
+                    .devices
+                    .iter()
+                    .map(|path| cri::Device {
+                        container_path: path.clone(),
+                        host_path: path.clone(),
+                        permissions: "rw".into(),
+                    })
+                    .collect(),
                 ..Default::default()
             }),
             sandbox_config: Some(self.sandbox_config()),

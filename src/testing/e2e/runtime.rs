@@ -1,7 +1,11 @@
 //! A stateful fake container runtime for the end-to-end tests: a tonic RuntimeService on a unix
 //! socket that keeps sandboxes and containers (with the annotations it was given), answers the
 //! list and status calls from them, records every decoded request it received, and can be told
-//! to fail RunPodSandbox or CreateContainer for chosen names.
+//! to fail RunPodSandbox or CreateContainer for chosen names. Made with [`Fake::with_cgroups`],
+//! it also plays the kernel: each started container gets a pid and a cgroup v1 tree (cpuset.cpus,
+//! cpuset.mems, cpu.cfs_quota_us, /proc/<pid>/{cgroup,status}) under a directory, written from
+//! its resources and rewritten by every UpdateContainerResources, which the drift check reads
+//! and a test can change behind numa-shim's back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -44,6 +48,52 @@ pub struct State {
     pub fail_updates: BTreeSet<String>,
     /// UpdatePodSandboxResources requests as received, in order.
     pub sandbox_updates: Vec<cri::UpdatePodSandboxResourcesRequest>,
+    /// Where the fake kernel's cgroup and proc trees are (`cg/`, `proc/`), if it plays one.
+    pub cgroups: Option<PathBuf>,
+    /// Container id → pid of the started containers (with `cgroups` only).
+    pub pids: BTreeMap<String, u32>,
+}
+
+/// The first pid the fake kernel hands out.
+const FIRST_PID: u32 = 4000;
+
+impl State {
+    /// Writes the cgroup files of a started container from the resources it holds now (a
+    /// runtime applying them): an unset `cpuset_mems` reads as node 0, an unset quota as -1.
+    fn write_cgroup(&self, id: &str) {
+        let (Some(root), Some(pid), Some(held)) = (
+            self.cgroups.as_ref(),
+            self.pids.get(id),
+            self.containers.get(id),
+        ) else {
+            return;
+        };
+        let r = &held.resources;
+        let mems = if r.cpuset_mems.is_empty() {
+            "0"
+        } else {
+            &r.cpuset_mems
+        };
+        let quota = if r.cpu_quota == 0 { -1 } else { r.cpu_quota };
+        let cpuset = root.join("cg/cpuset/e2e").join(id);
+        let cpu = root.join("cg/cpu,cpuacct/e2e").join(id);
+        let proc = root.join("proc").join(pid.to_string());
+        for dir in [&cpuset, &cpu, &proc] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let write = |path: PathBuf, text: String| std::fs::write(path, text).unwrap();
+        write(cpuset.join("cpuset.cpus"), format!("{}\n", r.cpuset_cpus));
+        write(cpuset.join("cpuset.mems"), format!("{mems}\n"));
+        write(cpu.join("cpu.cfs_quota_us"), format!("{quota}\n"));
+        write(
+            proc.join("cgroup"),
+            format!("7:cpuset:/e2e/{id}\n4:cpu,cpuacct:/e2e/{id}\n0::/\n"),
+        );
+        write(
+            proc.join("status"),
+            format!("Name:\tfake\nCpus_allowed_list:\t{}\n", r.cpuset_cpus),
+        );
+    }
 }
 
 /// The fake runtime's shared state.
@@ -51,8 +101,59 @@ pub struct State {
 pub struct Fake(Arc<Mutex<State>>);
 
 impl Fake {
+    /// A fake runtime that also plays the kernel, with its cgroup and proc trees in `root`.
+    pub fn with_cgroups(root: &Path) -> Self {
+        let fake = Self::default();
+        fake.state().cgroups = Some(root.to_path_buf());
+        fake
+    }
+
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.0.lock().unwrap()
+    }
+
+    /// The fake kernel's cgroup and proc filesystems (needs [`Fake::with_cgroups`]).
+    pub fn host(&self) -> crate::cgroup::Host {
+        let root = self
+            .state()
+            .cgroups
+            .clone()
+            .expect("a fake made with_cgroups");
+        crate::cgroup::Host::new(root.join("cg"), root.join("proc"))
+    }
+
+    /// What the fake kernel applied to started container `id`.
+    pub fn cgroup(&self, id: &str) -> crate::cgroup::Reading {
+        let pid = *self
+            .state()
+            .pids
+            .get(id)
+            .unwrap_or_else(|| panic!("container {id} was never started"));
+        self.host().read_pid(pid).unwrap()
+    }
+
+    /// Writes `text` into cgroup `file` (`cpuset.cpus`, `cpuset.mems`, `cpu.cfs_quota_us`) of
+    /// started container `id`, behind the runtime's and numa-shim's back (an operator or another
+    /// agent): the runtime's record of the container's resources stays as it was.
+    pub fn change_cgroup(&self, id: &str, file: &str, text: &str) {
+        let root = self
+            .state()
+            .cgroups
+            .clone()
+            .expect("a fake made with_cgroups");
+        let controller = if file.starts_with("cpuset.") {
+            "cpuset"
+        } else {
+            "cpu,cpuacct"
+        };
+        let path = root
+            .join("cg")
+            .join(controller)
+            .join("e2e")
+            .join(id)
+            .join(file);
+        assert!(path.exists(), "{} is not there", path.display());
+        std::fs::write(path, format!("{text}\n")).unwrap();
     }
 
     /// The CreateContainer request the runtime received for container `name` of pod `pod`
@@ -248,6 +349,11 @@ impl RuntimeService for Fake {
             .get_mut(&id)
             .ok_or_else(|| Status::not_found(format!("container {id} not found")))?;
         held.container.state = cri::ContainerState::ContainerRunning as i32;
+        if state.cgroups.is_some() && !state.pids.contains_key(&id) {
+            let pid = FIRST_PID + state.pids.len() as u32;
+            state.pids.insert(id.clone(), pid);
+            state.write_cgroup(&id);
+        }
         Ok(Response::new(cri::StartContainerResponse {}))
     }
 
@@ -294,6 +400,13 @@ impl RuntimeService for Fake {
             .containers
             .get(&id)
             .ok_or_else(|| Status::not_found(format!("container {id} not found")))?;
+        // containerd's verbose answer: `info` JSON with the pid (the drift check reads it).
+        let info = state
+            .pids
+            .get(&id)
+            .map(|pid| ("info".to_string(), format!("{{\"pid\": {pid}}}")))
+            .into_iter()
+            .collect();
         let c = &held.container;
         let status = cri::ContainerStatus {
             id: c.id.clone(),
@@ -309,7 +422,7 @@ impl RuntimeService for Fake {
         };
         Ok(Response::new(cri::ContainerStatusResponse {
             status: Some(status),
-            ..Default::default()
+            info,
         }))
     }
 
@@ -340,6 +453,7 @@ impl RuntimeService for Fake {
                 held.resources.cpu_quota = linux.cpu_quota;
             }
         }
+        state.write_cgroup(&req.container_id);
         Ok(Response::new(cri::UpdateContainerResourcesResponse {}))
     }
 
