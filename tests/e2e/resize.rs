@@ -284,3 +284,39 @@ async fn a_pod_budget_grows_and_shrinks_its_pool_keeping_the_slice() {
         err.message()
     );
 }
+
+/// The CPU ids PodResources `List` (what numa-shim serves, from the same registry) gives the
+/// container `name` of pod `pod`.
+fn listed_cpus(shim: &Shim, pod: &str, name: &str) -> CpuSet {
+    use numa_shim::podresources::{list_response, RegistrySource, Snapshot};
+    let list = list_response(&shim.started.placer.with_registry(Snapshot::capture));
+    let pod = list
+        .pod_resources
+        .iter()
+        .find(|p| p.name == pod)
+        .unwrap_or_else(|| panic!("pod {pod} not listed: {list:?}"));
+    let container = pod
+        .containers
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("container {name} not listed: {pod:?}"));
+    container.cpu_ids.iter().map(|&c| c as u32).collect()
+}
+
+#[tokio::test]
+async fn pod_resources_follow_a_grow_and_a_shrink() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let id = running[0].id("main").to_string();
+    let before = runtime_cpus(&shim, &id);
+    assert_eq!(listed_cpus(&shim, "app", "main"), before);
+
+    kubelet.resize(&id, &cpus(4)).await.unwrap();
+    let grown = runtime_cpus(&shim, &id);
+    assert_eq!(grown.len(), 4, "{grown}");
+    assert_eq!(listed_cpus(&shim, "app", "main"), grown);
+
+    kubelet.resize(&id, &cpus(2)).await.unwrap();
+    assert_eq!(runtime_cpus(&shim, &id), before);
+    assert_eq!(listed_cpus(&shim, "app", "main"), before);
+}

@@ -25,11 +25,11 @@ fn gpu_pod(image: &str) -> String {
     )
 }
 
-/// The NUMA node ids of a PodResources `topology` (proto3 JSON leaves out node 0's id).
+/// The NUMA node ids of a PodResources `topology`.
 fn nodes(topology: &Value) -> Vec<i64> {
     let mut ids: Vec<i64> = topology["nodes"]
         .as_array()
-        .map(|n| n.iter().map(|x| x["id"].as_i64().unwrap_or(0)).collect())
+        .map(|n| n.iter().map(numa_id).collect())
         .unwrap_or_default();
     ids.sort_unstable();
     ids.dedup();

@@ -596,7 +596,7 @@ pub fn normalise_pod(pod: &Value, node: &str) -> Value {
                     .map(|m| {
                         let nodes: Vec<i64> = m["topology"]["nodes"]
                             .as_array()
-                            .map(|n| n.iter().map(|x| x["id"].as_i64().unwrap_or(0)).collect())
+                            .map(|n| n.iter().map(numa_id).collect())
                             .unwrap_or_default();
                         let size = m["size"]
                             .as_str()
@@ -767,4 +767,20 @@ pub async fn container_pid(env: &Env, kubelet: &Kubelet, pod: &str, container: &
         .unwrap()
         .into_inner();
     pid_of(&status).expect("the container's pid")
+}
+
+/// The id of a PodResources `NUMANode` as the Go client prints it (protojson with proto names:
+/// the field is `ID`, an int64 written as a string, and left out for node 0).
+pub fn numa_id(node: &Value) -> i64 {
+    let id = &node["ID"];
+    id.as_i64()
+        .or_else(|| id.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(0)
+}
+
+#[test]
+fn numa_ids_are_read_as_the_go_client_prints_them() {
+    assert_eq!(numa_id(&serde_json::json!({"ID": "1"})), 1);
+    assert_eq!(numa_id(&serde_json::json!({"ID": 3})), 3);
+    assert_eq!(numa_id(&serde_json::json!({})), 0);
 }
