@@ -8,10 +8,16 @@ use super::alloc::{devices_to_allocate, preferred, Ask, Ids};
 use super::hints::generate;
 use super::requests::pod_requests;
 use super::{Device, DeviceFacts, DeviceManager};
+use crate::placement::test_pods::{self, container};
 use crate::placement::{
     ContainerRole, ContainerSpec, HintProvider, NumaMask, PodSpec, ResourceList, Resources,
     TopologyHint,
 };
+
+/// A pod without pod-level resources.
+fn pod(uid: &str, init: Vec<ContainerSpec>, apps: Vec<ContainerSpec>) -> PodSpec {
+    test_pods::pod(uid, init, apps, None)
+}
 
 const GPU: &str = "example.com/gpu";
 
@@ -38,25 +44,14 @@ fn gpus(name: &str, role: ContainerRole, n: u64) -> ContainerSpec {
         extended: BTreeMap::from([(GPU.to_string(), n)]),
         ..ResourceList::default()
     };
-    ContainerSpec {
-        name: name.into(),
+    container(
+        name,
         role,
-        resources: Resources {
+        Resources {
             requests: l.clone(),
             limits: l,
         },
-    }
-}
-
-fn pod(uid: &str, init: Vec<ContainerSpec>, apps: Vec<ContainerSpec>) -> PodSpec {
-    PodSpec {
-        uid: uid.into(),
-        namespace: "default".into(),
-        name: uid.into(),
-        resources: None,
-        init_containers: init,
-        containers: apps,
-    }
+    )
 }
 
 fn facts(devices: Vec<Device>) -> DeviceFacts {
