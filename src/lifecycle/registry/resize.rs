@@ -38,6 +38,19 @@ pub struct Resized {
     pub undo: Option<Box<ResizeUndo>>,
 }
 
+impl Resized {
+    /// A resize that asks for what the target already has: nothing moves, nothing to undo.
+    fn unchanged(pod_uid: String, pod: String, target: ResizeTarget) -> Self {
+        Self {
+            pod_uid,
+            pod,
+            target,
+            decision: None,
+            undo: None,
+        }
+    }
+}
+
 /// What [`Registry::undo_resize`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResizeUndo {
@@ -115,13 +128,7 @@ impl Registry {
             infer::resized(&current, cri)
         };
         if new == current {
-            return Ok(Some(Resized {
-                pod_uid: uid,
-                pod: label,
-                target,
-                decision: None,
-                undo: None,
-            }));
+            return Ok(Some(Resized::unchanged(uid, label, target)));
         }
         let before = self.node.snapshot();
         let spec = pod.spec.clone();
@@ -189,13 +196,7 @@ impl Registry {
         };
         let new = infer::resized(&current, cri);
         if new == current {
-            return Ok(Some(Resized {
-                pod_uid: uid,
-                pod: label,
-                target,
-                decision: None,
-                undo: None,
-            }));
+            return Ok(Some(Resized::unchanged(uid, label, target)));
         }
         let before = self.node.snapshot();
         let spec = pod.spec.clone();

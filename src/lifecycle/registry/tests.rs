@@ -11,13 +11,18 @@ fn cpus(s: &str) -> CpuSet {
 /// An 8-CPU, 2-NUMA machine (4 cores with 2 threads on each node would be 16; keep it small:
 /// 2 sockets × 1 NUMA × 4 cores × 1 thread), static policy, no reservation, pod scope.
 fn registry() -> Registry {
+    registry_in(TopologyScope::Pod)
+}
+
+/// The same machine and policy in `scope`.
+fn registry_in(scope: TopologyScope) -> Registry {
     let topo = SyntheticSpec::new(2, 1, 4, 1, 1).build().unwrap();
     let config = Config {
         cpu_policy: CpuPolicy::Static,
         reserved_cpus: ReservedCpus::Explicit(CpuSet::new()),
         accept_no_reserved_cpus: true,
         topology_policy: TopologyPolicy::SingleNumaNode,
-        topology_scope: TopologyScope::Pod,
+        topology_scope: scope,
         ..Config::default()
     };
     Registry::new(Node::new(topo, config).unwrap())
@@ -551,16 +556,7 @@ mod resize_props {
     }
 
     fn container_scope() -> Registry {
-        let topo = SyntheticSpec::new(2, 1, 4, 1, 1).build().unwrap();
-        let config = Config {
-            cpu_policy: CpuPolicy::Static,
-            reserved_cpus: ReservedCpus::Explicit(CpuSet::new()),
-            accept_no_reserved_cpus: true,
-            topology_policy: TopologyPolicy::SingleNumaNode,
-            topology_scope: TopologyScope::Container,
-            ..Config::default()
-        };
-        Registry::new(Node::new(topo, config).unwrap())
+        registry_in(TopologyScope::Container)
     }
 
     fn cri(n: u64) -> CriResources {
