@@ -436,7 +436,7 @@ fn again(err: &AdmissionError) -> PlacementError {
 }
 
 /// The CFS and memory fields inference reads from CRI resources.
-fn cri_resources(r: Option<&cri::LinuxContainerResources>) -> CriResources {
+pub(super) fn cri_resources(r: Option<&cri::LinuxContainerResources>) -> CriResources {
     r.map(|r| CriResources {
         cpu_period: r.cpu_period,
         cpu_quota: r.cpu_quota,

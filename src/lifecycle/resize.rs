@@ -16,9 +16,8 @@ use tonic::Code;
 use tracing::{info, warn};
 
 use super::placer::Placer;
-use super::placing::PlacementError;
+use super::placing::{cri_resources, PlacementError};
 use super::registry::{Registry, ResizeRefused, Resized, Undone};
-use crate::knowledge::infer::CriResources;
 use crate::proto::cri::v1 as cri;
 use crate::report::{Refusal, Stage};
 
@@ -35,7 +34,7 @@ impl Placer {
         if self.registry().applied(&req.container_id).is_none() {
             return Ok(None);
         }
-        let cri = cri_values(req.linux.as_ref());
+        let cri = cri_resources(req.linux.as_ref());
         cri.check("linux")?;
         let id = req.container_id.clone();
         self.resize("UpdateContainerResources", move |r| {
@@ -57,7 +56,7 @@ impl Placer {
         {
             return Ok(None);
         }
-        let cri = cri_values(req.resources.as_ref());
+        let cri = cri_resources(req.resources.as_ref());
         cri.check("resources")?;
         let id = req.pod_sandbox_id.clone();
         self.resize("UpdatePodSandboxResources", move |r| {
@@ -160,15 +159,4 @@ impl ResizeRefused {
             _ => Code::FailedPrecondition,
         }
     }
-}
-
-/// The CFS and memory values of CRI resources.
-fn cri_values(r: Option<&cri::LinuxContainerResources>) -> CriResources {
-    r.map(|r| CriResources {
-        cpu_period: r.cpu_period,
-        cpu_quota: r.cpu_quota,
-        cpu_shares: r.cpu_shares,
-        memory_limit_in_bytes: r.memory_limit_in_bytes,
-    })
-    .unwrap_or_default()
 }

@@ -348,29 +348,37 @@ impl Cri {
     }
 
     pub async fn update_cpuset(&self, id: &str, cpus: &str) -> Result<(), tonic::Status> {
-        let request = cri::UpdateContainerResourcesRequest {
-            container_id: id.into(),
-            linux: Some(cri::LinuxContainerResources {
+        self.update(
+            id,
+            cri::LinuxContainerResources {
                 cpuset_cpus: cpus.into(),
                 ..Default::default()
-            }),
-            ..Default::default()
-        };
-        self.client
-            .clone()
-            .update_container_resources(request)
-            .await
-            .map(|_| ())
+            },
+        )
+        .await
     }
 
     /// Sets the container's CFS quota alone (every other field zero: kept).
     pub async fn update_quota(&self, id: &str, quota: i64) -> Result<(), tonic::Status> {
-        let request = cri::UpdateContainerResourcesRequest {
-            container_id: id.into(),
-            linux: Some(cri::LinuxContainerResources {
+        self.update(
+            id,
+            cri::LinuxContainerResources {
                 cpu_quota: quota,
                 ..Default::default()
-            }),
+            },
+        )
+        .await
+    }
+
+    /// UpdateContainerResources with `linux`.
+    async fn update(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<(), tonic::Status> {
+        let request = cri::UpdateContainerResourcesRequest {
+            container_id: id.into(),
+            linux: Some(linux),
             ..Default::default()
         };
         self.client
