@@ -91,7 +91,11 @@ func (d *driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 				CDIDeviceIDs: []string{d.config.Driver + "/gpu=" + r.Device},
 			})
 		}
-		log.Printf("prepared claim %s/%s: %d devices", claim.Namespace, claim.Name, len(result.Devices))
+		names := make([]string, 0, len(result.Devices))
+		for _, d := range result.Devices {
+			names = append(names, d.DeviceName)
+		}
+		log.Printf("prepared claim %s/%s: %d devices %v", claim.Namespace, claim.Name, len(result.Devices), names)
 		out[claim.UID] = result
 	}
 	return out, nil

@@ -16,6 +16,7 @@
 #[path = "../apiserver/support.rs"]
 #[allow(dead_code)]
 mod cp;
+mod dra;
 #[path = "../realkubelet/pods.rs"]
 #[allow(dead_code)]
 mod pods;

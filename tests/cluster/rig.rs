@@ -49,12 +49,18 @@ impl Cluster {
     /// The tutorial's settings (pod scope) in the kubelet's main file, its own managers off in
     /// the packaged drop-in; numa-shim reads both and starts first, as on a node.
     pub async fn start(name: &str) -> Self {
+        Self::start_with(name, &rk::settings("pod"), &[]).await
+    }
+
+    /// [`Self::start`] with `main_settings` as the kubelet's main file and `shim_extra` as more numa-shim
+    /// flags (e.g. `--config` with numa-shim's own settings, which win over the kubelet's).
+    pub async fn start_with(name: &str, main_settings: &str, shim_extra: &[String]) -> Self {
         let env = Env::get();
         let cp = Cp::get();
         let node = node_name();
         fresh_namespace(&cp);
         let main = env.fresh(name).join("kubelet.yaml");
-        std::fs::write(&main, rk::settings("pod")).unwrap();
+        std::fs::write(&main, main_settings).unwrap();
         let socket = env.dir(&format!("shim-{name}")).join("cri.sock");
         let endpoint = format!("unix://{}", socket.display());
         let numa_shim = drop_in(
@@ -80,25 +86,22 @@ impl Cluster {
         .map(String::from)
         .to_vec();
         let mut kubelet = Kubelet::configure(&env, name, &options);
-        let shim = Shim::start(
-            &env,
-            name,
-            &[
-                "--kubelet-config".into(),
-                kubelet.fact("config").into(),
-                "--kubelet-config-dir".into(),
-                kubelet.fact("config_dir").into(),
-                "--pod-knowledge".into(),
-                "apiserver".into(),
-                "--kubeconfig".into(),
-                cp.dir.join("numa-shim.kubeconfig").display().to_string(),
-                "--node-name".into(),
-                node.clone(),
-                "--kubelet-pod-resources-socket".into(),
-                kubelet.fact("pod_resources").into(),
-            ],
-        )
-        .await;
+        let mut shim_args: Vec<String> = vec![
+            "--kubelet-config".into(),
+            kubelet.fact("config").into(),
+            "--kubelet-config-dir".into(),
+            kubelet.fact("config_dir").into(),
+            "--pod-knowledge".into(),
+            "apiserver".into(),
+            "--kubeconfig".into(),
+            cp.dir.join("numa-shim.kubeconfig").display().to_string(),
+            "--node-name".into(),
+            node.clone(),
+            "--kubelet-pod-resources-socket".into(),
+            kubelet.fact("pod_resources").into(),
+        ];
+        shim_args.extend_from_slice(shim_extra);
+        let shim = Shim::start(&env, name, &shim_args).await;
         kubelet.run();
         let cluster = Self {
             kubelet,
