@@ -19,7 +19,10 @@
 //! * a pod whose claim got the other node-1 device while CPU 1 is taken (CPU 0 free) is refused
 //!   with `TopologyAffinityError` and a message naming its claim, in its status and a Warning
 //!   Event (`kubectl describe pod`);
-//! * a pod whose claim got gpu0 (node 0) then runs with CPU 0: the refusal lost no CPU.
+//! * a pod whose claim got gpu0 (node 0) then runs with CPU 0: the refusal lost no CPU;
+//! * with numa-shim's ClusterRole stripped of its DRA rule, a pod whose claim got a node-1
+//!   device runs on the free CPU 0 (placed without the claim, as documented), with numa-shim's
+//!   log line naming the pod and the 403.
 //!
 //! `NUMA_SHIM_IT_DRA_CLAIMS=false` runs it with `--dra-claims false` (it must fail).
 
@@ -382,7 +385,98 @@ async fn scenario(dra_claims: bool) {
     c.wait_kernel(&[("on-node1", "app", "1"), ("on-node0", "app", "0")])
         .await;
     c.assert_consistent().await;
+
+    // (4) The fallback: numa-shim's ClusterRole without the DRA rule (as on a cluster whose RBAC
+    // was not updated). CPU 0 given back, a pod whose claim got a node-1 device is placed
+    // without it (on CPU 0, the only free one) with a log line naming the pod and the 403; no
+    // CPU lost or granted twice.
+    c.kubectl(&["delete", "pod", "on-node0", "--timeout=60s"]);
+    c.wait_kernel(&[("on-node1", "app", "1")]).await;
+    let rbac = NoDraRbac::apply(&c);
+    c.apply(&[pod(&image, "unreadable", "gpu-node1")]);
+    let (_, device) = claim_of(&c, &driver, "unreadable").await;
+    assert!(["gpu1", "gpu2"].contains(&device.as_str()), "{device}");
+    wait_phase(&c, "unreadable", "Running/true").await;
+    c.wait_kernel(&[("on-node1", "app", "1"), ("unreadable", "app", "0")])
+        .await;
+    let log = c.shim.log_text();
+    let line = log
+        .lines()
+        .find(|l| {
+            l.contains("the pod's DRA claims could not be read")
+                && l.contains("unreadable")
+                && l.contains("403")
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no log line for the unreadable claim:\n{}",
+                rk::tail(&log, 40)
+            )
+        });
+    eprintln!("numa-shim: {line}");
+    c.assert_consistent().await;
+    drop(rbac);
     drop(cleanup);
+}
+
+/// numa-shim's ClusterRole without its `resource.k8s.io` rule while alive; the packaged one
+/// again when dropped.
+struct NoDraRbac<'a> {
+    c: &'a Cluster,
+    saved: Value,
+}
+
+impl<'a> NoDraRbac<'a> {
+    fn apply(c: &'a Cluster) -> Self {
+        let text =
+            c.cp.kubectl(&["get", "clusterrole", "numa-shim", "-o", "json"]);
+        let saved: Value = serde_json::from_str(&text).unwrap();
+        let mut role = saved.clone();
+        let rules = role["rules"].as_array_mut().unwrap();
+        let before = rules.len();
+        rules.retain(|r| !r["apiGroups"].to_string().contains("resource.k8s.io"));
+        assert_eq!(rules.len() + 1, before, "{saved}");
+        c.cp.kubectl_in(&["replace", "-f", "-"], &role.to_string());
+        // The authorizer follows RBAC objects through its informers: wait until it says no.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c
+            .cp
+            .try_kubectl(
+                &[
+                    "auth",
+                    "can-i",
+                    "--as",
+                    "system:serviceaccount:kube-system:numa-shim",
+                    "get",
+                    "resourceclaims.resource.k8s.io",
+                    "-n",
+                    NAMESPACE,
+                ],
+                None,
+            )
+            .is_ok()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "RBAC still allows resourceclaims"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Self { c, saved }
+    }
+}
+
+impl Drop for NoDraRbac<'_> {
+    fn drop(&mut self) {
+        let mut role = self.saved.clone();
+        if let Some(meta) = role["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        let _ = self
+            .c
+            .cp
+            .try_kubectl(&["apply", "-f", "-"], Some(&role.to_string()));
+    }
 }
 
 /// Removes the test's cluster-wide objects (DeviceClass, the driver's slices) whatever happens.
