@@ -2,7 +2,8 @@
 # The control-plane stage of the suite: starts the loopback control plane (lib/apiserver.sh),
 # runs numa-shim's API server tests against it (`cargo test --test apiserver -- --ignored`) and
 # the cluster tests (`cargo test --test cluster -- --ignored`: a real kubelet registered in
-# API-server mode with numa-shim as its runtime endpoint, pods from `kubectl apply`),
+# API-server mode with numa-shim as its runtime endpoint, pods from `kubectl apply`; dra::
+# has the scheduler allocate claims from the sample DRA driver and the kubelet prepare them),
 # validates packaging/kubernetes against the real API server (kubectl apply --dry-run=server,
 # numa-shim's RBAC with kubectl auth can-i), runs the sample DRA driver against it
 # (dra-driver/check.sh), stops it, and starts and stops it once more (the
