@@ -14,9 +14,7 @@ use tonic::{Code, Status};
 use tracing::warn;
 
 use super::annotations::{container_patch, resources_patch, sandbox_patch};
-use super::placer::{DecideError, Placer};
-use super::placing::Decided;
-use super::placing::PlacementError;
+use super::placer::{DecideError, Decided, PlacementError, Placer};
 use crate::proto::cri::v1 as cri;
 use crate::relay::{CriRequest, Decision, Hook, Outcome, Patch};
 use crate::report::Stage;

@@ -10,7 +10,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{Notify, Semaphore};
 use tracing::{info, warn};
 
+mod admit;
 mod refused;
+
+pub(super) use admit::cri_resources;
+pub use admit::{Admission, Decided, Placement, PlacementError};
 
 use super::gauges;
 use super::refusals::Refusals;

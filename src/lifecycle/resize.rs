@@ -16,7 +16,7 @@ use tonic::Code;
 use tracing::{info, warn};
 
 use super::placer::Placer;
-use super::placing::{cri_resources, PlacementError};
+use super::placer::{cri_resources, PlacementError};
 use super::registry::{Registry, ResizeRefused, Resized, Undone};
 use crate::proto::cri::v1 as cri;
 use crate::report::{Refusal, Stage};

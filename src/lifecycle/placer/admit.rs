@@ -17,15 +17,15 @@
 use tonic::Code;
 use tracing::{debug, info, warn};
 
-use super::gauges::{admission_allocations, container_assignments};
-use super::placer::{DecideError, Placer};
-use super::refusals::Recorded;
-use super::registry::{
-    inferred_sandbox_spec, ContainerDecision, ContainerRecord, ResizeRefused, Resized, Source,
-};
-use super::store::StoreError;
+use super::{DecideError, Placer};
 use crate::knowledge::infer::{self, CriResources, InferError};
 use crate::knowledge::SpecOrigin;
+use crate::lifecycle::gauges::{admission_allocations, container_assignments};
+use crate::lifecycle::refusals::Recorded;
+use crate::lifecycle::registry::{
+    inferred_sandbox_spec, ContainerDecision, ContainerRecord, ResizeRefused, Resized, Source,
+};
+use crate::lifecycle::store::StoreError;
 use crate::placement::config::TopologyScope;
 use crate::placement::{AdmissionError, ContainerSpec, PodSpec};
 use crate::proto::cri::v1 as cri;
@@ -436,7 +436,9 @@ fn again(err: &AdmissionError) -> PlacementError {
 }
 
 /// The CFS and memory fields inference reads from CRI resources.
-pub(super) fn cri_resources(r: Option<&cri::LinuxContainerResources>) -> CriResources {
+pub(in crate::lifecycle) fn cri_resources(
+    r: Option<&cri::LinuxContainerResources>,
+) -> CriResources {
     r.map(|r| CriResources {
         cpu_period: r.cpu_period,
         cpu_quota: r.cpu_quota,
