@@ -2,7 +2,7 @@
 //! container, the decision it applied (and, for an inferred pod, the container's inferred spec);
 //! and the wire patch that carries them with the resource fields. Written once, on the way to
 //! the runtime. Read back only by start-up recovery, from what the runtime lists — never on the
-//! intercepted call itself, where the decision travels as a value (`placing::Decided`).
+//! intercepted call itself, where the decision travels as a value (`Decided`).
 
 use std::collections::HashMap;
 

@@ -1,8 +1,8 @@
 //! [`PlacementHook`]: the relay hook, the one way an intercepted call goes through placement.
-//! `before` asks `placing` for a decision and turns it into the wire patch (`annotations`) plus
+//! `before` asks the `Placer` for a decision and turns it into the wire patch (`annotations`) plus
 //! the decision as a value; `after` gets that value back with the runtime's outcome and records
 //! it. Errors become gRPC statuses in one place, [`PlacementError::status`]; refusals by the
-//! kubelet's rules (first or repeated) are also handed to the refusal reporter. `placing` logs
+//! kubelet's rules (first or repeated) are also handed to the refusal reporter. the `Placer` logs
 //! refusals (a warning once per pod and reason); the hook logs the other errors.
 //!
 //! Nothing here waits on the runtime while holding a lock: the relay forwards between `before`
