@@ -9,7 +9,6 @@ pub mod annotations;
 pub mod claims;
 pub mod devices;
 pub mod gauges;
-pub mod hook;
 pub mod placer;
 pub mod pool;
 pub mod recover;
@@ -22,8 +21,7 @@ pub mod store;
 
 pub use claims::{ClaimFuture, ClaimSource, ClaimSourceError};
 pub use devices::{DeviceFuture, DeviceSource, DeviceSourceError};
-pub use hook::PlacementHook;
-pub use placer::{Decided, PlacementError, Placer, RegistryGuard};
+pub use placer::{Outcome, PlacementError, Placer, RegistryGuard};
 pub use registry::{Adoption, ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
 pub use start::{start, Options, SpecSource, StartError, Started};
 pub use store::Store;

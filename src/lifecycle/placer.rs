@@ -49,7 +49,7 @@ use decide::HookSlot;
 use error::again;
 pub use error::PlacementError;
 pub use place::PlacedContainer;
-pub use record::Decided;
+pub use record::Outcome;
 
 use super::gauges;
 use super::refusals::Refusals;
@@ -172,7 +172,7 @@ impl Placer {
 
     /// Hands a refusal (the kubelet's reason and message) to the reporter, if any (never
     /// waits). Replayed refusals are handed over too: the reporter bumps the Event's count.
-    pub(super) fn refused(
+    pub fn refused(
         &self,
         meta: Option<&cri::PodSandboxMetadata>,
         reason: &str,

@@ -90,11 +90,11 @@ impl Placer {
     }
 
     /// The runtime answered a resized call: kept on success, undone otherwise.
-    pub(super) fn resize_done(&self, resized: &Resized, code: Code) {
+    pub(super) fn resize_done(&self, resized: &Resized, accepted: bool) {
         if resized.undo.is_none() {
             return;
         }
-        if code == Code::Ok {
+        if accepted {
             self.metrics().resize("applied");
             info!(pod = %resized.pod, target = ?resized.target, cpus = ?resized.decision.as_ref().map(|d| d.cpus.to_string()), "resized");
             return;

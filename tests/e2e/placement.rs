@@ -1,4 +1,4 @@
-//! Multi-NUMA end to end: kubelet-shaped CRI calls through the real relay and `PlacementHook`
+//! Multi-NUMA end to end: kubelet-shaped CRI calls through the real relay and `LifecycleHook`
 //! (started by `lifecycle::start`) to a stateful fake runtime, on kubelet fixture machines with
 //! 2, 4 and 8 NUMA nodes; every check is on what the runtime received.
 

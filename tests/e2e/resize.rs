@@ -1,5 +1,5 @@
 //! In-place resize end to end (docs/resize.md): kubelet-shaped UpdateContainerResources and
-//! UpdatePodSandboxResources through the relay and `PlacementHook` to the stateful fake runtime.
+//! UpdatePodSandboxResources through the relay and `LifecycleHook` to the stateful fake runtime.
 //! Grow keeps the promised CPUs and adds CPUs on the container's NUMA node, shrink gives back
 //! only what was added, an infeasible resize is refused with what was asked and what is free,
 //! a runtime error undoes the resize, and a thousand resizes leak nothing.

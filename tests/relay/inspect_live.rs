@@ -19,10 +19,11 @@ use numa_shim::inspect::{self, Owner, PlacementView};
 use numa_shim::k8s::{KubeletConfiguration, Pod};
 use numa_shim::knowledge::{Knowledge, PodCache, SpecOrigin, Watched};
 use numa_shim::lifecycle::store::CHECKPOINT_NAME;
-use numa_shim::lifecycle::{PlacementHook, Placer, Registry, Store};
+use numa_shim::lifecycle::{Placer, Registry, Store};
 use numa_shim::placement::node::Node;
 use numa_shim::placement::PodSpec;
 use numa_shim::proto::cri::v1 as cri;
+use numa_shim::relay::LifecycleHook;
 use numa_shim::relay::RelayBuilder;
 use numa_shim::state::Checkpoint;
 use numa_shim::telemetry::{Metrics, MetricsServer, PlacementProvider, Readiness};
@@ -131,7 +132,7 @@ async fn start(kubelet: &str, machine: Topology) -> Live {
     placer.publish_pools();
     let relay = RunningRelay::start_with(
         RelayBuilder::new(dir.path().join("shim.sock"), &runtime.path)
-            .hook(PlacementHook::new(placer.clone()))
+            .hook(LifecycleHook::new(placer.clone()))
             .metrics(metrics.clone()),
     )
     .await;

@@ -1,42 +1,54 @@
 //! What the runtime did with a forwarded call, recorded in memory before the answer goes back
-//! (commit, roll back, release) and put on disk by the state writer afterwards.
-
-use tonic::Code;
+//! (commit, roll back, release) and put on disk by the state writer afterwards. The relay's hook
+//! reads it from the CRI answer ([`Outcome`]); nothing here knows CRI answers or gRPC codes.
 
 use super::Placer;
 use crate::lifecycle::gauges::container_assignments;
 use crate::lifecycle::registry::{ContainerDecision, Resized};
-use crate::relay::{CriRequest, CriResponse, Outcome};
 
-/// What `before` decided for one call, handed to `after` with the runtime's outcome.
+/// What the runtime did with a forwarded call, in the lifecycle's terms, with what was decided
+/// for it before it was forwarded. Calls that change nothing numa-shim keeps (a refused
+/// StopPodSandbox, an UpdateContainerResources whose cpuset was only kept, a CreateContainer
+/// the runtime refused) have no outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decided {
-    /// RunPodSandbox: the pod is admitted (or already was).
-    Admitted { uid: String },
-    /// CreateContainer: where container `name` runs.
-    Placed {
+pub enum Outcome {
+    /// RunPodSandbox: the runtime ran the sandbox of the admitted pod `uid`.
+    SandboxRun { uid: String, sandbox: String },
+    /// RunPodSandbox: the runtime did not run the admitted pod's sandbox (it refused, or the
+    /// call was cut off and the runtime shows nothing of it).
+    SandboxFailed { uid: String },
+    /// CreateContainer: the runtime created container `name` of `sandbox`, placed as
+    /// `decision`.
+    Created {
+        container: String,
+        sandbox: String,
         name: String,
         decision: ContainerDecision,
     },
-    /// UpdateContainerResources: numa-shim's own cpuset was kept.
-    Kept,
-    /// UpdateContainerResources / UpdatePodSandboxResources: an in-place resize, applied and
-    /// undone if the runtime refuses the call.
-    Resized(Box<Resized>),
+    /// UpdateContainerResources / UpdatePodSandboxResources: an in-place resize the runtime
+    /// accepted (kept) or refused (undone).
+    Resized {
+        resized: Box<Resized>,
+        accepted: bool,
+    },
+    /// RemoveContainer succeeded.
+    ContainerRemoved { container: String },
+    /// StopPodSandbox succeeded.
+    SandboxStopped { sandbox: String },
+    /// RemovePodSandbox succeeded.
+    SandboxRemoved { sandbox: String },
 }
 
 impl Placer {
-    /// Records what the runtime did with a forwarded call and what `before` decided for it,
-    /// has the state writer put it on disk (without waiting: what the runtime did is read back
-    /// from it at start-up if numa-shim stops first) and wakes the pool updater if running
-    /// containers may need new cpusets. What the runtime did is answered as it did it.
-    pub async fn record(&self, request: &CriRequest, decided: Option<Decided>, outcome: &Outcome) {
-        let ok = outcome.status.code() == Code::Ok;
-        if let Some(Decided::Resized(resized)) = &decided {
-            self.resize_done(resized, outcome.status.code());
+    /// Records what the runtime did with a forwarded call, has the state writer put it on disk
+    /// (without waiting: what the runtime did is read back from it at start-up if numa-shim
+    /// stops first) and wakes the pool updater if running containers may need new cpusets.
+    pub async fn record(&self, outcome: Outcome) {
+        if let Outcome::Resized { resized, accepted } = &outcome {
+            self.resize_done(resized, *accepted);
             return;
         }
-        let (changed, pools) = self.record_outcome(request, decided, outcome.response.as_ref(), ok);
+        let (changed, pools) = self.record_outcome(outcome);
         if changed {
             self.persist_soon();
         }
@@ -47,40 +59,29 @@ impl Placer {
 
     /// Returns whether the registry changed and whether running containers may need new
     /// cpusets.
-    fn record_outcome(
-        &self,
-        request: &CriRequest,
-        decided: Option<Decided>,
-        response: Option<&CriResponse>,
-        ok: bool,
-    ) -> (bool, bool) {
+    fn record_outcome(&self, outcome: Outcome) -> (bool, bool) {
+        // A stale cpuset found after CreateContainer counts even if this call changed nothing
+        // itself.
+        let creates = matches!(outcome, Outcome::Created { .. });
         let mut registry = self.registry();
         let before = registry.last_revision();
-        let pools = match (request, decided, response) {
-            (
-                CriRequest::RunPodSandbox(_),
-                Some(Decided::Admitted { uid }),
-                Some(CriResponse::RunPodSandbox(resp)),
-            ) if ok => {
-                registry.commit_sandbox(&uid, &resp.pod_sandbox_id);
+        let pools = match outcome {
+            Outcome::SandboxRun { uid, sandbox } => {
+                registry.commit_sandbox(&uid, &sandbox);
                 false
             }
-            (CriRequest::RunPodSandbox(_), Some(Decided::Admitted { uid }), _) => {
+            Outcome::SandboxFailed { uid } => {
                 registry.abort_sandbox(&uid);
                 true
             }
-            (
-                CriRequest::CreateContainer(req),
-                Some(Decided::Placed { name, decision }),
-                Some(CriResponse::CreateContainer(resp)),
-            ) if ok => {
-                registry.commit_container(
-                    &resp.container_id,
-                    &req.pod_sandbox_id,
-                    &name,
-                    &decision,
-                );
-                let pod = registry.containers().get(&resp.container_id);
+            Outcome::Created {
+                container,
+                sandbox,
+                name,
+                decision,
+            } => {
+                registry.commit_container(&container, &sandbox, &name, &decision);
+                let pod = registry.containers().get(&container);
                 let assignments = pod.map_or_else(Vec::new, |c| {
                     container_assignments(registry.node(), &c.pod_uid, &name)
                 });
@@ -93,28 +94,27 @@ impl Placer {
                 // updated, or they keep it until the next drift tick.
                 registry.has_pending_updates()
             }
-            (CriRequest::RemoveContainer(req), _, _) if ok => {
-                registry.remove_container(&req.container_id);
+            Outcome::ContainerRemoved { container } => {
+                registry.remove_container(&container);
                 true
             }
-            (CriRequest::StopPodSandbox(req), _, _) if ok => {
+            Outcome::SandboxStopped { sandbox } => {
                 // Registry before refusals: the lock order `placer::refused` asks for.
-                if let Some(pod) = registry.pod_of_sandbox(&req.pod_sandbox_id) {
+                if let Some(pod) = registry.pod_of_sandbox(&sandbox) {
                     self.clear_refusal(&pod.spec.uid);
                 }
-                registry.stop_sandbox(&req.pod_sandbox_id);
+                registry.stop_sandbox(&sandbox);
                 true
             }
-            (CriRequest::RemovePodSandbox(req), _, _) if ok => {
-                registry.remove_sandbox(&req.pod_sandbox_id);
+            Outcome::SandboxRemoved { sandbox } => {
+                registry.remove_sandbox(&sandbox);
                 true
             }
-            _ => false,
+            // Recorded by `record` itself.
+            Outcome::Resized { .. } => false,
         };
         let changed = registry.last_revision() != before;
-        // Releases of ids numa-shim does not know change nothing; a stale cpuset found after
-        // CreateContainer counts even if this call changed nothing itself.
-        let creates = matches!(request, CriRequest::CreateContainer(_));
+        // Releases of ids numa-shim does not know change nothing.
         (changed, pools && (changed || creates))
     }
 }
