@@ -41,7 +41,7 @@ fn machine() -> Topology {
     .unwrap()
 }
 
-fn pod(uid: &str) -> String {
+fn gpu_pod_yaml(uid: &str) -> String {
     format!(
         "metadata: {{name: {uid}, uid: {uid}}}\nspec:\n  containers:\n  - name: app\n    \
          resources:\n      limits: {{cpu: \"2\", memory: 256Mi, {GPU}: \"1\"}}\n"
@@ -98,7 +98,7 @@ fn placer(source: Arc<FakeDevices>, dir: &std::path::Path, uids: &[&str]) -> Arc
     let cache = Arc::new(PodCache::default());
     for uid in uids {
         cache.insert(
-            Pod::all_from_yaml(&pod(uid)).unwrap()[0]
+            Pod::all_from_yaml(&gpu_pod_yaml(uid)).unwrap()[0]
                 .to_pod_spec()
                 .unwrap(),
         );

@@ -40,12 +40,12 @@ fn shared(sub: &str) -> PathBuf {
         .join(sub)
 }
 
-fn pod(text: &str) -> PodSpec {
+fn spec_from_yaml(text: &str) -> PodSpec {
     Pod::all_from_yaml(text).unwrap()[0].to_pod_spec().unwrap()
 }
 
 fn example(name: &str) -> PodSpec {
-    pod(&std::fs::read_to_string(shared(&format!("examples/{name}.yaml"))).unwrap())
+    spec_from_yaml(&std::fs::read_to_string(shared(&format!("examples/{name}.yaml"))).unwrap())
 }
 
 fn sandbox(spec: &PodSpec) -> cri::RunPodSandboxRequest {
@@ -162,7 +162,7 @@ async fn metrics_and_placement_follow_the_pods() {
     let (cache, relay, addr) = (&live.cache, &live.relay, live.addr);
     let mixed = example("pod-scope-mixed");
     let empty = example("empty-shared-pool");
-    let guaranteed = pod(GUARANTEED);
+    let guaranteed = spec_from_yaml(GUARANTEED);
     for p in [&mixed, &empty, &guaranteed] {
         cache.insert(p.clone());
     }
@@ -383,7 +383,7 @@ async fn memory_is_counted_and_drawn() {
         .collect();
     let live = start(KUBELET_MEMORY, machine).await;
     let mixed = example("pod-scope-mixed");
-    let guaranteed = pod(GUARANTEED);
+    let guaranteed = spec_from_yaml(GUARANTEED);
     let mut client = runtime_client(channel(&live.relay.path).await);
     for (p, names) in [
         (

@@ -36,7 +36,7 @@ impl Placer {
                 .and_then(|c| c.linux.as_ref())
                 .and_then(|l| l.resources.as_ref()),
         );
-        let (spec, source, origin) = match self.knowledge().pod(&meta.uid).await {
+        let (spec, source, origin) = match self.knowledge().spec_of(&meta.uid).await {
             Some((spec, origin)) => (spec, Source::Spec, origin),
             None => {
                 sandbox.check("config.linux.resources")?;
