@@ -29,3 +29,11 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The value of one Prometheus sample line `name{labels} value` (labels as written), if there.
+pub fn metric_sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.trim().parse().ok())
+    })
+}

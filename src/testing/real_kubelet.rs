@@ -633,13 +633,7 @@ pub fn http_get(addr: &str, path: &str) -> String {
 
 /// The value of one Prometheus sample line `name{labels} value`, 0 when absent.
 pub fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or(0.0)
+    crate::testing::metric_sample(metrics, series).unwrap_or(0.0)
 }
 
 /// numa-shim's sample device plugin (integration/device-plugin) for a kubelet of the harness,

@@ -688,12 +688,7 @@ pub fn free_metrics_address() -> &'static str {
 
 /// The value of one Prometheus sample line `name{labels} value` (labels as written).
 pub fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
+    numa_shim::testing::metric_sample(metrics, series)
         .unwrap_or_else(|| panic!("no sample {series} in:\n{metrics}"))
 }
 
