@@ -17,12 +17,10 @@ use numa_shim::placement::config::{
     CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
 };
 use numa_shim::placement::node::Node;
-use numa_shim::placement::{
-    Config, ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources,
-};
+use numa_shim::placement::test_pods::{self, GI};
+use numa_shim::placement::{Config, ContainerRole, PodSpec};
 use numa_shim::topology::SyntheticSpec;
 
-const GI: u64 = 1 << 30;
 /// CPUs of the pod-level request: 2 exclusive for the app, 1 left as the pod's shared pool.
 const POD_CPUS: u64 = 3;
 
@@ -38,41 +36,15 @@ const MACHINES: [(u32, u32, u32); 6] = [
     (2, 4, 16),
 ];
 
-fn list(cpu_milli: u64, memory: u64) -> ResourceList {
-    ResourceList {
-        cpu_milli: Some(cpu_milli),
-        memory: Some(memory),
-        hugepages: BTreeMap::new(),
-        extended: BTreeMap::new(),
-    }
-}
-
-fn guaranteed(cpu_milli: u64, memory: u64) -> Resources {
-    Resources {
-        requests: list(cpu_milli, memory),
-        limits: list(cpu_milli, memory),
-    }
-}
-
 /// A pod with `spec.resources` of 3 CPUs / 3Gi: a Guaranteed app container of 2 CPUs / 2Gi
 /// (exclusive CPUs) and a sidecar without resources (runs on the pod's shared pool).
-fn pod(uid: &str) -> PodSpec {
-    PodSpec {
-        uid: uid.into(),
-        namespace: "bench".into(),
-        name: uid.into(),
-        resources: Some(guaranteed(POD_CPUS * 1000, 3 * GI)),
-        init_containers: vec![ContainerSpec {
-            name: "sidecar".into(),
-            role: ContainerRole::Sidecar,
-            resources: Resources::default(),
-        }],
-        containers: vec![ContainerSpec {
-            name: "app".into(),
-            role: ContainerRole::App,
-            resources: guaranteed(2000, 2 * GI),
-        }],
-    }
+fn bench_pod(uid: &str) -> PodSpec {
+    test_pods::pod(
+        uid,
+        vec![test_pods::bare("sidecar", ContainerRole::Sidecar)],
+        vec![test_pods::gu("app", ContainerRole::App, 2000, 2 * GI)],
+        Some((POD_CPUS * 1000, 3 * GI)),
+    )
 }
 
 fn config(policy: TopologyPolicy, numa_nodes: u32) -> Config {
@@ -105,13 +77,13 @@ fn loaded_node(shape: (u32, u32, u32), policy: TopologyPolicy) -> (Node, String)
     let mut node = Node::new(topology, config(policy, sockets * per_socket)).expect("node");
     let background = cpus / 2 / POD_CPUS as usize;
     for i in 0..background {
-        node.admit(&pod(&format!("background-{i}")))
+        node.admit(&bench_pod(&format!("background-{i}")))
             .expect("background pod admitted");
     }
     // The measured pod must fit and be placed as intended.
     let mut probe = node.clone();
     let placed = probe
-        .admit(&pod("measured"))
+        .admit(&bench_pod("measured"))
         .expect("measured pod admitted");
     let exclusive: Vec<bool> = placed.containers.iter().map(|c| c.exclusive).collect();
     assert_eq!(
@@ -144,7 +116,7 @@ fn machines() -> &'static [(u32, u32, u32)] {
 }
 
 fn placement(c: &mut Criterion) {
-    let measured = pod("measured");
+    let measured = bench_pod("measured");
     for (label, policy) in [
         ("best-effort", TopologyPolicy::BestEffort),
         ("single-numa-node", TopologyPolicy::SingleNumaNode),
@@ -204,15 +176,12 @@ fn placement(c: &mut Criterion) {
 const WIDE: [(u32, u32); 5] = [(8, 2), (16, 2), (32, 2), (64, 2), (16, 8)];
 
 fn wide_pod(uid: &str) -> PodSpec {
-    PodSpec {
-        resources: Some(guaranteed(9000, 9 * GI)),
-        containers: vec![ContainerSpec {
-            name: "app".into(),
-            role: ContainerRole::App,
-            resources: guaranteed(8000, 8 * GI),
-        }],
-        ..pod(uid)
-    }
+    test_pods::pod(
+        uid,
+        vec![test_pods::bare("sidecar", ContainerRole::Sidecar)],
+        vec![test_pods::gu("app", ContainerRole::App, 8000, 8 * GI)],
+        Some((9000, 9 * GI)),
+    )
 }
 
 fn wide_node(n: u32, cores: u32, policy: TopologyPolicy, scope: TopologyScope) -> Node {
@@ -228,7 +197,7 @@ fn wide_node(n: u32, cores: u32, policy: TopologyPolicy, scope: TopologyScope) -
     let mut node = Node::new(topology, config).expect("node");
     for i in 0..cpus / 2 / POD_CPUS as usize {
         // Background pods that do not fit are simply left out.
-        let _ = node.admit(&pod(&format!("background-{i}")));
+        let _ = node.admit(&bench_pod(&format!("background-{i}")));
     }
     node
 }

@@ -23,9 +23,9 @@ use clap::{Parser, Subcommand};
 use numa_shim::proto::cri::v1 as cri;
 use tokio::net::UnixStream;
 
-#[path = "support/cri.rs"]
-mod support;
-use support::{connect, container_config, resources, sandbox_config, Client, Error};
+use numa_shim::testing::cri_client::{
+    connect, container_config, resources, sandbox_config, Client, Error,
+};
 
 #[derive(Debug, Parser)]
 struct Args {

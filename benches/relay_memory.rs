@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use numa_shim::proto::cri::v1 as cri;
 
-#[path = "support/cri.rs"]
-mod support;
-use support::{connect, container_config, resources, sandbox_config, Client, Error};
+use numa_shim::testing::cri_client::{
+    connect, container_config, resources, sandbox_config, Client, Error,
+};
 
 #[derive(Debug, Parser)]
 struct Args {

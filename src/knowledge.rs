@@ -200,7 +200,7 @@ pub enum Knowledge {
 impl Knowledge {
     /// The pod's spec and who told it: the first source that has it; else the first source that
     /// is live or connecting, waited on for up to [`SPEC_WAIT`]; `None` to infer from CRI.
-    pub async fn pod(&self, uid: &str) -> Option<(PodSpec, SpecOrigin)> {
+    pub async fn spec_of(&self, uid: &str) -> Option<(PodSpec, SpecOrigin)> {
         let Self::Watched(sources) = self else {
             return None;
         };

@@ -8,7 +8,8 @@
 //! passes as raw HTTP/2 frames with headers, trailers and status untouched. Before h2 sees a
 //! client's bytes, [`AuthorityFilter`] makes a socket-path `:authority` (grpc C-core,
 //! grpc-java) acceptable; a caller's deadline or hang-up cancels the runtime call and
-//! `settle` asks the runtime what it did.
+//! `settle` asks the runtime what it did. [`LifecycleHook`] is the hook `serve` plugs in: the
+//! pod lifecycle (`crate::lifecycle`) behind it, fed plain outcomes, never CRI answers.
 //!
 //! Invariants: a request is never re-encoded from its decoded form (patches are appended on the
 //! wire); a runtime response is never altered; the relay holds no lock across a runtime call;
@@ -34,6 +35,7 @@ mod error;
 pub(crate) mod grpc;
 mod hook;
 mod intercept;
+mod lifecycle_hook;
 mod passthrough;
 mod patch;
 mod settle;
@@ -45,6 +47,7 @@ pub use error::RelayError;
 pub use hook::{
     CriRequest, CriResponse, Decision, Hook, Method, NoopHook, Outcome, Patch, ResourcesPatch,
 };
+pub use lifecycle_hook::{Decided, LifecycleHook};
 pub use settle::{DEFAULT_SETTLE_DELAY, DEFAULT_SETTLE_LIMIT};
 
 use crate::telemetry::Metrics;

@@ -277,7 +277,12 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
             if let Some(options) = &settings.pod_resources {
                 start_pod_resources(options, started.placer.clone(), stop_rx.clone()).await?;
             }
-            run_relay(builder.hook(started.hook.clone()), &readiness, stop_rx).await?;
+            run_relay(
+                builder.hook(relay::LifecycleHook::new(started.placer.clone())),
+                &readiness,
+                stop_rx,
+            )
+            .await?;
             started.shutdown().await;
         }
         None => {

@@ -30,8 +30,11 @@ async fn the_first_source_that_knows_the_pod_answers_and_is_named() {
         watched(SpecOrigin::PodsApi, &pods_api),
         watched(SpecOrigin::ApiServer, &api),
     ]);
-    assert_eq!(knowledge.pod("a").await.unwrap().1, SpecOrigin::ApiServer);
-    assert_eq!(knowledge.pod("b").await.unwrap().1, SpecOrigin::PodsApi);
+    assert_eq!(
+        knowledge.spec_of("a").await.unwrap().1,
+        SpecOrigin::ApiServer
+    );
+    assert_eq!(knowledge.spec_of("b").await.unwrap().1, SpecOrigin::PodsApi);
 }
 
 #[tokio::test]
@@ -42,7 +45,7 @@ async fn an_absent_pods_api_is_not_waited_for_and_one_that_appears_is() {
     cache.set_link(Link::Absent);
     let knowledge = Knowledge::Watched(vec![watched(SpecOrigin::PodsApi, &cache)]);
     let start = Instant::now();
-    assert!(knowledge.pod("x").await.is_none());
+    assert!(knowledge.spec_of("x").await.is_none());
     assert!(
         start.elapsed() < Duration::from_millis(500),
         "no wait while absent"
@@ -56,7 +59,7 @@ async fn an_absent_pods_api_is_not_waited_for_and_one_that_appears_is() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         late.insert(spec("x"));
     });
-    let (got, origin) = knowledge.pod("x").await.unwrap();
+    let (got, origin) = knowledge.spec_of("x").await.unwrap();
     assert_eq!((got.uid.as_str(), origin), ("x", SpecOrigin::PodsApi));
 }
 

@@ -1,16 +1,15 @@
 //! numa-shim's marks on what it forwards: on the sandbox, the pod spec it admitted; on each
-//! container, the decision it applied (and, for an inferred pod, the container's inferred spec);
-//! and the wire patch that carries them with the resource fields. Written once, on the way to
-//! the runtime. Read back only by start-up recovery, from what the runtime lists — never on the
-//! intercepted call itself, where the decision travels as a value (`placing::Decided`).
+//! container, the decision it applied (and, for an inferred pod, the container's inferred spec).
+//! Written once, on the way to the runtime (the relay's hook puts them into the wire patch).
+//! Read back only by start-up recovery, from what the runtime lists — never on the intercepted
+//! call itself, where the decision travels as a value (`relay::lifecycle_hook::Decided`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::registry::{ContainerDecision, Source};
 use crate::cpuset::CpuSet;
 use crate::placement::node::Isolation;
 use crate::placement::{ContainerSpec, PodSpec};
-use crate::relay::{Patch, ResourcesPatch};
 
 /// Annotation numa-shim adds to containers it placed: the cpuset it decided.
 pub const CPUS_ANNOTATION: &str = "numa-shim.io/cpus";
@@ -24,19 +23,19 @@ pub const ISOLATION_ANNOTATION: &str = "numa-shim.io/isolation";
 /// that recovery without a checkpoint can rebuild the pod's spec.
 pub const CONTAINER_ANNOTATION: &str = "numa-shim.io/container";
 
-/// The RunPodSandbox patch for an admitted pod: its annotation.
-pub fn sandbox_patch(spec: &PodSpec, source: Source) -> Patch {
-    Patch {
-        annotations: [(POD_ANNOTATION.to_string(), pod_annotation(spec, source))].into(),
-        ..Patch::default()
-    }
+/// The annotations of an admitted pod's sandbox (RunPodSandbox): the pod spec it was admitted
+/// with.
+pub fn sandbox_annotations(spec: &PodSpec, source: Source) -> BTreeMap<String, String> {
+    [(POD_ANNOTATION.to_string(), pod_annotation(spec, source))].into()
 }
 
-/// The CreateContainer patch for `decision`: the resource fields and numa-shim's annotations
-/// (with the inferred spec of a container of an inferred pod).
-pub fn container_patch(decision: &ContainerDecision, inferred: Option<&ContainerSpec>) -> Patch {
-    let resources = resources_patch(&decision.cpus, decision.mems.clone(), decision.cpu_quota);
-    let mut annotations: std::collections::BTreeMap<String, String> = [
+/// The annotations of a placed container (CreateContainer): its decision and, for a container
+/// of an inferred pod, its inferred spec.
+pub fn container_annotations(
+    decision: &ContainerDecision,
+    inferred: Option<&ContainerSpec>,
+) -> BTreeMap<String, String> {
+    let mut annotations: BTreeMap<String, String> = [
         (CPUS_ANNOTATION.to_string(), decision.cpus.to_string()),
         (
             EXCLUSIVE_ANNOTATION.to_string(),
@@ -51,25 +50,7 @@ pub fn container_patch(decision: &ContainerDecision, inferred: Option<&Container
     if let Some(spec) = inferred.and_then(|c| serde_json::to_string(c).ok()) {
         annotations.insert(CONTAINER_ANNOTATION.to_string(), spec);
     }
-    Patch {
-        resources,
-        annotations,
-    }
-}
-
-/// The resource fields numa-shim sets for a container with `cpus`.
-pub fn resources_patch(
-    cpus: &CpuSet,
-    mems: Option<String>,
-    cpu_quota: Option<i64>,
-) -> ResourcesPatch {
-    // An empty set would mean "every CPU" to the runtime: leave the field as the kubelet sent it.
-    ResourcesPatch {
-        cpuset_cpus: (!cpus.is_empty()).then(|| cpus.to_string()),
-        cpuset_mems: mems,
-        cpu_quota,
-        ..Default::default()
-    }
+    annotations
 }
 
 /// A decision as numa-shim annotated it on a container the runtime lists (recovery only).
@@ -138,9 +119,9 @@ pub fn parse_isolation(value: &str) -> Option<Isolation> {
 mod tests {
     use super::*;
 
-    /// What a container patch writes, recovery reads back the same decision.
+    /// What a container's annotations write, recovery reads back the same decision.
     #[test]
-    fn a_container_patch_reads_back_as_its_decision() {
+    fn a_container_s_annotations_read_back_as_its_decision() {
         for (isolation, exclusive) in [
             (Isolation::Container, true),
             (Isolation::Pod, false),
@@ -153,8 +134,8 @@ mod tests {
                 exclusive,
                 isolation,
             };
-            let patch = container_patch(&decision, None);
-            let annotations: HashMap<String, String> = patch.annotations.into_iter().collect();
+            let annotations: HashMap<String, String> =
+                container_annotations(&decision, None).into_iter().collect();
             let back = decision_from_annotations(&annotations, Some("1")).unwrap();
             assert_eq!(back, decision);
         }

@@ -1,21 +1,61 @@
-//! The [`Placer`]: everything the hook, the pool updater and recovery share — the registry
-//! behind a short lock, the checkpoint store and whether the newest state is on disk, where pod
-//! specs come from, the pool gauges, the refused pods (`refused`) and refusal reports. Decides nothing itself (`placing`
-//! does); never holds the lock across an `.await`.
+//! The [`Placer`]: the pod lifecycle's side of placement (the decision core is
+//! `crate::placement`; the `Placer` asks it and keeps what it answered). Everything the hook, the
+//! pool updater and recovery share — the registry behind a short lock, the checkpoint store and
+//! whether the newest state is on disk, where pod specs come from, the pool gauges, the refused
+//! pods and refusal reports — and what the intercepted calls decide and record on it:
+//!
+//! - `admit`: RunPodSandbox, the pod admitted and its reservation on disk;
+//! - `place`: CreateContainer, where the container runs; the cpuset kept at an
+//!   UpdateContainerResources that changes nothing;
+//! - `record`: what the runtime did with a forwarded call (commit, roll back, release);
+//! - `refused`: the pods refused now, whose retries replay the answer;
+//! - `decide`: how a decision runs, on a copy of the registry off the relay's workers;
+//! - `checkpoint`: the state on disk (group commit, the state writer);
+//! - `error`: why a call is answered by numa-shim ([`PlacementError`]).
+//!
+//! A decision is made once, in the hook's `before`, and handed to `after` as a value; nothing
+//! here reads numa-shim's annotations. Every decision that changes the registry is on disk
+//! before the call is forwarded; one that cannot be written is rolled back and refused
+//! ([`PlacementError::State`]). What the runtime then did (a sandbox's or container's id, a
+//! stop, a removal) is recorded in memory before the answer goes back and written by the state
+//! writer afterwards, off the call's path: recovery reads it back from the runtime (a
+//! reservation whose sandbox exists, containers adopted from their annotations, records of what
+//! is gone dropped) if numa-shim stops before that write. So a pod start waits for one durable
+//! write, the reservation. A refusal is remembered (`refused`): the kubelet's retry of the same
+//! pod while nothing changed is answered the same without deciding again
+//! ([`PlacementError::Again`]). The registry lock is held only to decide or record, never
+//! across an `.await`.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, Semaphore};
-use tracing::{info, warn};
 
+mod admit;
+mod checkpoint;
+mod decide;
+mod error;
+mod place;
+mod record;
 mod refused;
+
+pub use admit::AdmittedPod;
+pub use decide::DecideError;
+#[cfg(any(test, feature = "testing"))]
+pub use decide::DecisionHook;
+#[cfg(any(test, feature = "testing"))]
+use decide::HookSlot;
+use error::again;
+pub use error::PlacementError;
+pub use place::PlacedContainer;
+pub use record::Outcome;
 
 use super::gauges;
 use super::refusals::Refusals;
 use super::registry::Registry;
-use super::store::{Durable, Store, StoreError};
+use super::store::Store;
+use crate::knowledge::infer::CriResources;
 use crate::knowledge::Knowledge;
 use crate::placement::PodSpec;
 use crate::proto::cri::v1 as cri;
@@ -53,40 +93,6 @@ pub struct Placer {
     claims: Option<Arc<dyn super::claims::ClaimSource>>,
 }
 
-/// Where the test-only decision hook is kept.
-#[cfg(any(test, feature = "testing"))]
-#[derive(Default)]
-struct HookSlot(Mutex<Option<DecisionHook>>);
-
-#[cfg(any(test, feature = "testing"))]
-impl std::fmt::Debug for HookSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HookSlot")
-    }
-}
-
-/// What a test runs at the start of each decision: gets the method (`RunPodSandbox` or
-/// `CreateContainer`).
-#[cfg(any(test, feature = "testing"))]
-pub type DecisionHook = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// Why a decision did not come back.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecideError {
-    /// The decision panicked or its thread was lost: nothing was changed.
-    #[error("the placement decision failed ({reason}); nothing was placed")]
-    Failed { reason: String },
-    /// The registry changed under every attempt: nothing was placed, a retry may succeed.
-    #[error("the placement state changed during the decision {attempts} times; nothing was placed, retry")]
-    Busy { attempts: u32 },
-}
-
-/// Slow attempts of one decision before it is refused as [`DecideError::Busy`].
-const DECIDE_ATTEMPTS: u32 = 3;
-/// A decision attempt quicker than this is made again under the registry lock when the
-/// registry changed under it.
-const INLINE_MAX: std::time::Duration = std::time::Duration::from_millis(5);
-
 impl Placer {
     pub fn new(
         registry: Registry,
@@ -109,138 +115,6 @@ impl Placer {
             deciding: Arc::new(Semaphore::new(1)),
             #[cfg(any(test, feature = "testing"))]
             decision_hook: HookSlot::default(),
-        }
-    }
-
-    /// Test-only: runs `hook` at the start of every placement decision, on its thread.
-    #[cfg(any(test, feature = "testing"))]
-    pub fn set_decision_hook(&self, hook: Option<DecisionHook>) {
-        *self
-            .decision_hook
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = hook;
-    }
-
-    /// Runs a placement decision off the relay's workers: `decide` works on a copy of the
-    /// registry on a blocking thread (one decision at a time), and the copy replaces the
-    /// registry only if nothing changed it meanwhile (the epoch). If something did (another
-    /// call's record), the decision is made again: under the lock, on the worker, when the
-    /// attempt took less than [`INLINE_MAX`] (it cannot stall anything longer than that, and
-    /// cannot be overtaken again); on a fresh copy otherwise, [`DECIDE_ATTEMPTS`] times at most.
-    /// So a slow decision never holds the registry lock or a worker: PodResources, the pool
-    /// updater and the other calls' records never wait for it. Dropping the returned future
-    /// (the caller's deadline) abandons the decision: its copy is thrown away and nothing is
-    /// held. A decision that panics is [`DecideError::Failed`] and changes nothing.
-    pub(super) async fn decide<T, F>(&self, what: &'static str, decide: F) -> Result<T, DecideError>
-    where
-        T: Send + 'static,
-        F: Fn(&mut Registry) -> T + Send + Sync + 'static,
-    {
-        let decide = Arc::new(decide);
-        for attempt in 1..=DECIDE_ATTEMPTS {
-            let permit = self.permit().await?;
-            let (mut copy, epoch) = {
-                let registry = self.registry();
-                (registry.clone(), self.epoch())
-            };
-            let job = decide.clone();
-            let hook = self.hook();
-            let task = tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                let started = std::time::Instant::now();
-                hook(what);
-                let out = job(&mut copy);
-                (copy, out, started.elapsed())
-            });
-            let (copy, out, took) = task.await.map_err(|e| {
-                let reason = if e.is_panic() {
-                    panic_message(e.into_panic())
-                } else {
-                    e.to_string()
-                };
-                self.failed(what, reason)
-            })?;
-            let mut registry = self.registry();
-            if self.epoch() == epoch {
-                *registry = copy;
-                return Ok(out);
-            }
-            drop(registry);
-            info!(
-                what,
-                attempt,
-                took_us = took.as_micros(),
-                "registry changed during the decision; deciding again"
-            );
-            if took < INLINE_MAX {
-                return self.decide_locked(what, decide.as_ref()).await;
-            }
-        }
-        Err(DecideError::Busy {
-            attempts: DECIDE_ATTEMPTS,
-        })
-    }
-
-    /// A decision shown to be quick, made under the registry lock (on a copy, so that a panic
-    /// changes nothing).
-    async fn decide_locked<T>(
-        &self,
-        what: &'static str,
-        decide: &(dyn Fn(&mut Registry) -> T + Send + Sync),
-    ) -> Result<T, DecideError> {
-        let _permit = self.permit().await?;
-        let hook = self.hook();
-        let mut registry = self.registry();
-        let mut copy = registry.clone();
-        let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            hook(what);
-            decide(&mut copy)
-        }));
-        match decided {
-            Ok(out) => {
-                *registry = copy;
-                Ok(out)
-            }
-            Err(payload) => {
-                drop(registry);
-                Err(self.failed(what, panic_message(payload)))
-            }
-        }
-    }
-
-    /// The one decision permit.
-    async fn permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, DecideError> {
-        self.deciding
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| DecideError::Failed {
-                reason: e.to_string(),
-            })
-    }
-
-    /// Logs and counts a decision that did not come back.
-    fn failed(&self, what: &str, reason: String) -> DecideError {
-        warn!(what, %reason, "placement decision failed");
-        self.metrics.decision_failed(what, "panicked");
-        DecideError::Failed { reason }
-    }
-
-    /// What runs at the start of each decision: the test hook, if any, or nothing.
-    fn hook(&self) -> impl Fn(&str) + Send + 'static {
-        #[cfg(any(test, feature = "testing"))]
-        let hook = self
-            .decision_hook
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        move |_what: &str| {
-            #[cfg(any(test, feature = "testing"))]
-            if let Some(hook) = &hook {
-                hook(_what);
-            }
         }
     }
 
@@ -298,7 +172,7 @@ impl Placer {
 
     /// Hands a refusal (the kubelet's reason and message) to the reporter, if any (never
     /// waits). Replayed refusals are handed over too: the reporter bumps the Event's count.
-    pub(super) fn refused(
+    pub fn refused(
         &self,
         meta: Option<&cri::PodSandboxMetadata>,
         reason: &str,
@@ -344,88 +218,6 @@ impl Placer {
     /// Where pod specs come from.
     pub fn knowledge(&self) -> &Knowledge {
         &self.knowledge
-    }
-
-    /// Puts the current state on disk and waits until it is there. Callers that wait at the
-    /// same time share one write (group commit): the write snapshots the registry when it
-    /// starts. A failure is counted, makes [`Placer::state_problem`] say why and wakes the
-    /// state writer.
-    pub async fn persist(&self) -> Result<(), StoreError> {
-        let want = self.store.next_seq();
-        let result = self
-            .store
-            .write_covering(want, || {
-                let registry = self.registry();
-                (self.store.next_seq(), registry.snapshot())
-            })
-            .await;
-        match &result {
-            Ok(Durable::Wrote) => self.metrics.checkpoint_write(true),
-            Ok(Durable::Covered) => {}
-            Err(_) => {
-                self.metrics.checkpoint_write(false);
-                self.state_behind.notify_one();
-            }
-        }
-        result.map(|_| ())
-    }
-
-    /// Has the state writer put the current state on disk soon, without waiting for it: for
-    /// what the runtime already did (commits and releases), which recovery reads back from the
-    /// runtime if numa-shim stops before the write.
-    pub fn persist_soon(&self) {
-        self.store.want(self.store.next_seq());
-        self.state_behind.notify_one();
-    }
-
-    /// Writes what [`Placer::persist_soon`] left pending or a failed write left behind, if
-    /// anything (at shutdown).
-    pub async fn flush(&self) -> Result<(), StoreError> {
-        if self.store.behind() || self.store.problem().is_some() {
-            return self.persist().await;
-        }
-        Ok(())
-    }
-
-    /// `Ok` when the newest state is on disk; otherwise tries to write it now (a placement
-    /// must not be decided on top of a state that cannot be recorded).
-    pub async fn durable(&self) -> Result<(), StoreError> {
-        if self.store.problem().is_none() {
-            return Ok(());
-        }
-        self.persist().await
-    }
-
-    /// Why the newest state is not on disk (for `/readyz`), or `None` when it is.
-    pub fn state_problem(&self) -> Option<String> {
-        self.store
-            .problem()
-            .map(|reason| format!("placement state cannot be written: {reason}"))
-    }
-
-    /// The state writer: writes what [`Placer::persist_soon`] left pending `lag` after it was
-    /// asked (everything pending in one write, and nothing if a decision's write covered it
-    /// meanwhile: so that decisions rarely wait behind it), and rewrites the checkpoint every
-    /// `period` while writes fail, until one succeeds, so that readiness comes back by itself
-    /// when the disk does. Runs until dropped.
-    pub async fn keep_state(&self, period: std::time::Duration, lag: std::time::Duration) {
-        loop {
-            if self.store.problem().is_some() {
-                tokio::time::sleep(period).await;
-                if self.persist().await.is_ok() {
-                    info!("placement state on disk again");
-                }
-            } else if self.store.behind() {
-                tokio::time::sleep(lag).await;
-                if self.store.behind() {
-                    // A failure is counted and marks the store failing: the branch above
-                    // retries.
-                    let _ = self.persist().await;
-                }
-            } else {
-                self.state_behind.notified().await;
-            }
-        }
     }
 
     /// Wakes the pool updater: holdings changed. Takes the registry lock: never call it while
@@ -475,16 +267,6 @@ impl Placer {
     }
 }
 
-/// The words of a panic's payload.
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".to_string());
-    format!("panicked: {text}")
-}
-
 /// The locked registry; any mutable use bumps the placer's epoch.
 #[derive(Debug)]
 pub struct RegistryGuard<'a> {
@@ -505,4 +287,15 @@ impl DerefMut for RegistryGuard<'_> {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         &mut self.guard
     }
+}
+
+/// The CFS and memory fields inference reads from CRI resources.
+pub(super) fn cri_resources(r: Option<&cri::LinuxContainerResources>) -> CriResources {
+    r.map(|r| CriResources {
+        cpu_period: r.cpu_period,
+        cpu_quota: r.cpu_quota,
+        cpu_shares: r.cpu_shares,
+        memory_limit_in_bytes: r.memory_limit_in_bytes,
+    })
+    .unwrap_or_default()
 }

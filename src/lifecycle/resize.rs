@@ -16,7 +16,7 @@ use tonic::Code;
 use tracing::{info, warn};
 
 use super::placer::Placer;
-use super::placing::{cri_resources, PlacementError};
+use super::placer::{cri_resources, PlacementError};
 use super::registry::{Registry, ResizeRefused, Resized, Undone};
 use crate::proto::cri::v1 as cri;
 use crate::report::{Refusal, Stage};
@@ -90,11 +90,11 @@ impl Placer {
     }
 
     /// The runtime answered a resized call: kept on success, undone otherwise.
-    pub(super) fn resize_done(&self, resized: &Resized, code: Code) {
+    pub(super) fn resize_done(&self, resized: &Resized, accepted: bool) {
         if resized.undo.is_none() {
             return;
         }
-        if code == Code::Ok {
+        if accepted {
             self.metrics().resize("applied");
             info!(pod = %resized.pod, target = ?resized.target, cpus = ?resized.decision.as_ref().map(|d| d.cpus.to_string()), "resized");
             return;

@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::hook::PlacementHook;
 use super::placer::Placer;
 use super::pool::{self, PoolSettings};
 use super::recover::{recover, Recovery};
@@ -86,7 +85,6 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Started {
     pub placer: Arc<Placer>,
-    pub hook: PlacementHook,
     pub recovery: Recovery,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -225,7 +223,6 @@ pub async fn start(
         std::future::pending(),
     )));
     Ok(Started {
-        hook: PlacementHook::new(placer.clone()),
         placer,
         recovery,
         tasks,

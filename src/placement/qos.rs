@@ -118,6 +118,7 @@ pub fn qualifies_for_exclusive_cpus(c: &ContainerSpec) -> bool {
 mod tests {
     use super::*;
     use crate::placement::pod::{ContainerRole, Resources};
+    use crate::placement::test_pods::{app, pod_of};
 
     fn res(cpu: Option<u64>, mem: Option<u64>) -> Resources {
         let l = ResourceList {
@@ -131,48 +132,46 @@ mod tests {
         }
     }
 
-    fn pod(level: Option<Resources>, containers: Vec<Resources>) -> PodSpec {
-        PodSpec {
-            uid: "u".into(),
-            namespace: "ns".into(),
-            name: "p".into(),
-            resources: level,
-            init_containers: vec![],
-            containers: containers
-                .into_iter()
-                .enumerate()
-                .map(|(i, resources)| ContainerSpec {
-                    name: format!("c{i}"),
-                    role: ContainerRole::App,
-                    resources,
-                })
-                .collect(),
-        }
-    }
-
     #[test]
     fn qos_from_containers_and_pod_level() {
         let g = FeatureGates::default();
         let gib = Some(1 << 30);
         assert_eq!(
-            pod_qos(&pod(None, vec![res(Some(1000), gib)]), &g),
+            pod_qos(
+                &pod_of("u", None, vec![app("c0", res(Some(1000), gib))]),
+                &g
+            ),
             PodQos::Guaranteed
         );
         assert_eq!(
-            pod_qos(&pod(None, vec![res(Some(1000), gib), res(None, None)]), &g),
+            pod_qos(
+                &pod_of(
+                    "u",
+                    None,
+                    vec![app("c0", res(Some(1000), gib)), app("c1", res(None, None))]
+                ),
+                &g
+            ),
             PodQos::Burstable
         );
         assert_eq!(
-            pod_qos(&pod(None, vec![res(None, None)]), &g),
+            pod_qos(&pod_of("u", None, vec![app("c0", res(None, None))]), &g),
             PodQos::BestEffort
         );
         // Pod-level values decide alone.
-        let p = pod(Some(res(Some(2000), gib)), vec![res(None, None)]);
+        let p = pod_of(
+            "u",
+            Some(res(Some(2000), gib)),
+            vec![app("c0", res(None, None))],
+        );
         assert_eq!(pod_qos(&p, &g), PodQos::Guaranteed);
         let mut half = res(Some(2000), gib);
         half.limits.cpu_milli = Some(3000);
         assert_eq!(
-            pod_qos(&pod(Some(half), vec![res(Some(1000), gib)]), &g),
+            pod_qos(
+                &pod_of("u", Some(half), vec![app("c0", res(Some(1000), gib))]),
+                &g
+            ),
             PodQos::Burstable
         );
         // Without the gate the containers decide.

@@ -116,7 +116,7 @@ mod tests {
         }
     }
 
-    fn pod(name: &str, containers: Vec<pr::ContainerResources>) -> pr::PodResources {
+    fn pod_resources(name: &str, containers: Vec<pr::ContainerResources>) -> pr::PodResources {
         pr::PodResources {
             name: name.into(),
             namespace: "ns".into(),
@@ -160,7 +160,7 @@ mod tests {
     fn this_pods_devices_by_container_others_in_use() {
         let list = pr::ListPodResourcesResponse {
             pod_resources: vec![
-                pod(
+                pod_resources(
                     "a",
                     vec![
                         container(
@@ -173,14 +173,14 @@ mod tests {
                         container("side", vec![]),
                     ],
                 ),
-                pod(
+                pod_resources(
                     "b",
                     vec![container(
                         "x",
                         vec![devs("example.com/gpu", &["gpu0"], &[0])],
                     )],
                 ),
-                pod(
+                pod_resources(
                     "c",
                     vec![container(
                         "y",
@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_pod_of_another_namespace_with_the_same_name_is_another_pod() {
-        let mut other = pod(
+        let mut other = pod_resources(
             "a",
             vec![container(
                 "main",

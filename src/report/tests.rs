@@ -5,7 +5,7 @@ use serde_json::json;
 use super::objects::*;
 use super::*;
 
-fn pod(value: serde_json::Value) -> ApiPod {
+fn api_pod(value: serde_json::Value) -> ApiPod {
     serde_json::from_value(value).unwrap()
 }
 
@@ -24,9 +24,9 @@ fn pending(node: &str) -> serde_json::Value {
 
 #[test]
 fn a_pending_pod_of_this_node_that_never_ran_may_be_ended() {
-    assert_eq!(pod(pending("n1")).must_not_end("n1"), None);
+    assert_eq!(api_pod(pending("n1")).must_not_end("n1"), None);
     assert_eq!(
-        pod(json!({"metadata": {"uid": "u"}, "spec": {"nodeName": "n1"}})).must_not_end("n1"),
+        api_pod(json!({"metadata": {"uid": "u"}, "spec": {"nodeName": "n1"}})).must_not_end("n1"),
         None
     );
 }
@@ -67,7 +67,7 @@ fn pods_that_ran_or_are_elsewhere_or_going_are_never_ended() {
     for (i, (edit, want)) in cases.into_iter().enumerate() {
         let mut v = pending("n1");
         edit(&mut v);
-        let why = pod(v).must_not_end("n1");
+        let why = api_pod(v).must_not_end("n1");
         assert!(
             why.as_deref().is_some_and(|w| w.contains(want)),
             "case {i}: {why:?}"
@@ -77,11 +77,11 @@ fn pods_that_ran_or_are_elsewhere_or_going_are_never_ended() {
 
 #[test]
 fn the_cri_uid_names_the_pod_or_its_mirror_and_nothing_else() {
-    let p = pod(json!({"metadata": {"uid": "u1"}}));
+    let p = api_pod(json!({"metadata": {"uid": "u1"}}));
     assert_eq!(p.target("u1"), Target::Pod);
     assert_eq!(p.target("u2"), Target::Other);
     let mirror =
-        pod(json!({"metadata": {"uid": "m1", "annotations": {MIRROR_ANNOTATION: "hash-1"}}}));
+        api_pod(json!({"metadata": {"uid": "m1", "annotations": {MIRROR_ANNOTATION: "hash-1"}}}));
     assert_eq!(mirror.target("hash-1"), Target::Mirror("m1".into()));
     assert_eq!(mirror.target("m1"), Target::Pod);
     assert_eq!(mirror.target("hash-2"), Target::Other);

@@ -19,7 +19,7 @@ fn run(text: &str) -> Result<Outcome, ScenarioError> {
     Scenario::from_str(text, Path::new("/nonexistent"))?.run()
 }
 
-fn pod(name: &str, body: &str) -> String {
+fn pod_yaml(name: &str, body: &str) -> String {
     format!("- metadata: {{name: {name}}}\n  spec:\n{body}")
 }
 
@@ -27,7 +27,7 @@ fn pod(name: &str, body: &str) -> String {
 fn the_none_policies_pin_nothing() {
     let text = format!(
         "{MACHINE}kubelet: {{reservedSystemCPUs: \"0\"}}\npods:\n{}",
-        pod(
+        pod_yaml(
             "web",
             "    resources: {limits: {cpu: 2, memory: 1Gi}}\n    initContainers: [{name: log, restartPolicy: Always}]\n    containers:\n    - {name: app, resources: {limits: {cpu: 1500m}}}\n    - {name: helper}\n"
         )
@@ -60,7 +60,7 @@ fn a_rejected_pod_carries_the_kubelet_reason_and_message() {
   topologyManagerPolicy: single-numa-node
 pods:
 {}"#,
-        pod(
+        pod_yaml(
             "big",
             "    containers: [{name: c, resources: {limits: {cpu: 1, memory: 6Gi}}}]\n"
         )
@@ -174,8 +174,8 @@ fn steps_remove_pods_and_containers_and_admit_more() {
 - remove: {{pod: b, container: init}}
 - admit: {{metadata: {{name: c, namespace: ns}}, spec: {{containers: [{{name: x}}]}}}}
 "#,
-        pod("a", "    containers: [{name: x}]\n"),
-        pod(
+        pod_yaml("a", "    containers: [{name: x}]\n"),
+        pod_yaml(
             "b",
             "    initContainers: [{name: init}]\n    containers: [{name: x}]\n"
         ),
@@ -216,11 +216,11 @@ fn errors_name_the_scenario_entry_and_field() {
         (format!("{MACHINE}pods: [missing.yaml]"), "read /nonexistent/missing.yaml"),
         (format!("{MACHINE}steps: [{{remove: ghost}}]"), "<string>: steps[0].remove: no live pod default/ghost"),
         (
-            format!("{MACHINE}pods:\n{}{}", pod("a", "    containers: [{name: x}]\n"), pod("a", "    containers: [{name: y}]\n")),
+            format!("{MACHINE}pods:\n{}{}", pod_yaml("a", "    containers: [{name: x}]\n"), pod_yaml("a", "    containers: [{name: y}]\n")),
             "<string>: pods[1]: pod default/a is already admitted (remove it first)",
         ),
         (
-            format!("{MACHINE}pods:\n{}steps: [{{remove: {{pod: a, container: y}}}}]", pod("a", "    containers: [{name: x}]\n")),
+            format!("{MACHINE}pods:\n{}steps: [{{remove: {{pod: a, container: y}}}}]", pod_yaml("a", "    containers: [{name: x}]\n")),
             "<string>: steps[0].remove: pod default/a has no live container \"y\"",
         ),
         ("topology: [1]".into(), "<string>: topology: must be a path"),
@@ -243,7 +243,7 @@ fn errors_name_the_scenario_entry_and_field() {
 fn the_table_marks_every_cpu() {
     let text = format!(
         "{MACHINE}kubelet: {{cpuManagerPolicy: static, reservedSystemCPUs: \"0\"}}\nunavailableCPUs: \"3\"\npods:\n{}",
-        pod("a", "    containers: [{name: x}]\n")
+        pod_yaml("a", "    containers: [{name: x}]\n")
     );
     let s = Scenario::from_str(&text, Path::new(".")).unwrap();
     let out = s.run().unwrap();
@@ -265,7 +265,7 @@ fn the_table_marks_every_cpu() {
 fn the_static_policy_runs_without_reserved_cpus_with_a_warning() {
     let text = format!(
         "{MACHINE}kubelet: {{cpuManagerPolicy: static, reservedSystemCPUs: \"\"}}\npods:\n{}",
-        pod(
+        pod_yaml(
             "all",
             "    containers: [{name: c, resources: {limits: {cpu: 4, memory: 1Gi}}}]\n"
         )
@@ -283,7 +283,7 @@ fn the_static_policy_runs_without_reserved_cpus_with_a_warning() {
 fn a_removed_pod_may_come_back() {
     let text = format!(
         "{MACHINE}pods:\n{}steps:\n- remove: a\n- admit: {{metadata: {{name: a}}, spec: {{containers: [{{name: z}}]}}}}\n",
-        pod("a", "    containers: [{name: x}]\n"),
+        pod_yaml("a", "    containers: [{name: x}]\n"),
     );
     let out = run(&text).unwrap();
     let names: Vec<&str> = out.report.pods[0]
@@ -304,11 +304,11 @@ pods:
 - resize: {{pod: a, container: x, resources: {{limits: {{cpu: 2, memory: 1Gi}}}}}}
 - resize: {{pod: a, container: x, resources: {{limits: {{cpu: 3, memory: 1Gi}}}}}}
 "#,
-        pod(
+        pod_yaml(
             "b",
             "    containers: [{name: x, resources: {limits: {cpu: 1, memory: 1Gi}}}]\n"
         ),
-        pod(
+        pod_yaml(
             "a",
             "    containers: [{name: x, resources: {limits: {cpu: 1, memory: 1Gi}}}]\n"
         ),
@@ -330,7 +330,7 @@ pods:
     );
     let bad = run(&format!(
         "{MACHINE}pods:\n{}steps:\n- resize: {{pod: a, container: nope, resources: {{}}}}\n",
-        pod("a", "    containers: [{name: x}]\n")
+        pod_yaml("a", "    containers: [{name: x}]\n")
     ))
     .unwrap_err();
     assert!(bad.to_string().contains("steps[0].resize"), "{bad}");

@@ -15,6 +15,32 @@ use crate::transport::unix_channel;
 /// How long a fresh process may take to answer on its socket.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
+/// The `numa-shim` binary cargo built for the test binary running now, beside it
+/// (`target/<profile>/numa-shim`, what `CARGO_BIN_EXE_numa-shim` names in an integration test):
+/// for support code in the library, where that variable is not set.
+pub fn built_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/numa-shim
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in target/<profile>/deps");
+    profile.join(format!("numa-shim{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// `numa-shim serve` listening on `socket` in front of the runtime at `runtime`, then `flags`.
+pub fn serve_args(socket: &Path, runtime: &Path, flags: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "serve".to_string(),
+        "--listen".to_string(),
+        format!("unix://{}", socket.display()),
+        "--runtime".to_string(),
+        format!("unix://{}", runtime.display()),
+    ];
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args
+}
+
 /// A `numa-shim` process; SIGKILLed when dropped.
 pub struct ShimProcess {
     bin: PathBuf,

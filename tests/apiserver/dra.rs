@@ -51,7 +51,7 @@ fn claim(cp: &Cp, ns: &str, pool: &str, name: &str, device: &str) {
 
 /// A Guaranteed pod of `cpu` CPUs (1: an exclusive CPU) whose container uses `claim`; returns
 /// its UID.
-fn pod(cp: &Cp, node: &TestNode, name: &str, claim: &str, cpu: &str) -> String {
+fn create_claiming_pod(cp: &Cp, node: &TestNode, name: &str, claim: &str, cpu: &str) -> String {
     let pod = format!(
         r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}"}},
           "spec":{{"nodeName":"{node}","resourceClaims":[{{"name":"gpu","resourceClaimName":"{claim}"}}],
@@ -193,16 +193,13 @@ async fn dra_claims_place_and_refuse_by_their_devices_numa_node() {
     ] {
         claim(&cp, &ns, &node.name, name, device);
     }
-    let on_node1 = pod(&cp, &node, "on-node1", "claim-node1", "1");
-    let on_node0 = pod(&cp, &node, "on-node0", "claim-node0", "1");
+    let on_node1 = create_claiming_pod(&cp, &node, "on-node1", "claim-node1", "1");
+    let on_node0 = create_claiming_pod(&cp, &node, "on-node0", "claim-node0", "1");
     // 500m: the shared pool (the host's one free CPU goes to on-node0).
-    let no_numa = pod(&cp, &node, "no-numa", "claim-nonuma", "500m");
+    let no_numa = create_claiming_pod(&cp, &node, "no-numa", "claim-nonuma", "500m");
 
     let socket = dir.join("cri.sock");
-    let metrics = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
-    };
+    let metrics = format!("127.0.0.1:{}", numa_shim::testing::free_port());
     let shim_config = dir.join("config.yaml");
     std::fs::write(
         &shim_config,

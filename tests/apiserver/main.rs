@@ -11,12 +11,12 @@
 mod dra;
 mod refusals;
 mod serve;
-mod support;
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use numa_shim::knowledge::apiserver::WatchStats;
+use numa_shim::testing::control_plane as support;
 use support::*;
 
 const LONG: Duration = Duration::from_secs(300);

@@ -20,8 +20,8 @@ const LAYERS: &[&str] = &[
     "k8s",
     "knowledge",
     "report",
-    "relay",
     "lifecycle",
+    "relay",
     "podresources",
     "inspect",
     "scenario",
@@ -112,6 +112,48 @@ fn modules_name_only_modules_below_them() {
     );
 }
 
+/// The lifecycle's files that may name tonic: numa-shim's own CRI client (`runtime`), the codes
+/// of its answers (`pool`) and a refused resize's status code (`resize`). The rest — the
+/// `Placer`, the registry, recovery — knows no gRPC: the relay's hook turns CRI answers into
+/// plain `lifecycle::Outcome`s and placement errors into statuses.
+const LIFECYCLE_TONIC: &[&str] = &["runtime.rs", "pool.rs", "resize.rs"];
+
+#[test]
+fn the_lifecycle_names_tonic_only_where_it_talks_to_the_runtime() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.join("lifecycle.rs")];
+    sources(&src.join("lifecycle"), &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(src.join("lifecycle")).unwrap_or(file);
+        if LIFECYCLE_TONIC
+            .iter()
+            .any(|allowed| rel == Path::new(allowed))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if names_crate(code, "tonic") {
+                found.push(format!("{}:{}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the lifecycle names tonic outside {LIFECYCLE_TONIC:?}:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Whether `code` names the outside crate `name` (`name::`, not as part of a longer word).
+fn names_crate(code: &str, name: &str) -> bool {
+    code.match_indices(&format!("{name}::"))
+        .any(|(i, _)| !code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':'))
+}
+
 #[test]
 fn the_check_sees_an_upward_arrow() {
     assert_eq!(
@@ -120,4 +162,7 @@ fn the_check_sees_an_upward_arrow() {
     );
     assert!(named_modules("//! see crate::report").is_empty());
     assert!(named_modules("use numa_shim_crate::x;").is_empty());
+    assert!(names_crate("use tonic::Code;", "tonic"));
+    assert!(names_crate("        tonic::Code::NotFound => x,", "tonic"));
+    assert!(!names_crate("use crate::tonic_like::x;", "tonic"));
 }

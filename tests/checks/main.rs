@@ -11,3 +11,13 @@ mod examples;
 mod kubelet_config_check;
 mod refusals;
 mod vectors;
+
+/// The real-peer suites' support, in the library, runs the binary cargo built for the test: the
+/// one `CARGO_BIN_EXE_numa-shim` names.
+#[test]
+fn support_finds_the_built_binary() {
+    assert_eq!(
+        numa_shim::testing::process::built_binary(),
+        std::path::Path::new(env!("CARGO_BIN_EXE_numa-shim"))
+    );
+}

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use numa_shim::k8s::{KubeletConfiguration, Pod};
 use numa_shim::knowledge::{Knowledge, PodCache, SpecOrigin, Watched};
 use numa_shim::lifecycle::store::CHECKPOINT_NAME;
-use numa_shim::lifecycle::{PlacementHook, Placer, Registry, Store};
+use numa_shim::lifecycle::{Placer, Registry, Store};
 use numa_shim::placement::node::Node;
 use numa_shim::proto::cri::v1 as cri;
+use numa_shim::relay::LifecycleHook;
 use numa_shim::relay::{CriRequest, Decision, Hook};
 use numa_shim::state::Checkpoint;
 use numa_shim::telemetry::Metrics;
@@ -82,7 +83,7 @@ async fn a_refused_pod_is_counted_shown_and_answered_again_without_deciding() {
         }]),
         metrics.clone(),
     ));
-    let hook = PlacementHook::new(placer.clone());
+    let hook = LifecycleHook::new(placer.clone());
     let request = sandbox("esp", "empty-shared-pool");
     let mut messages = Vec::new();
     let mut epochs = Vec::new();

@@ -13,18 +13,13 @@
 //! Run by integration/apiserver-tests.sh (the "control plane" stage of integration/test-all.sh):
 //! `cargo test --test cluster -- --ignored --test-threads=1`.
 
-#[path = "../apiserver/support.rs"]
-#[allow(dead_code)]
-mod cp;
 mod dra;
-#[path = "../realkubelet/pods.rs"]
-#[allow(dead_code)]
-mod pods;
 mod refusal;
 mod resize;
 mod restarts;
 mod rig;
-#[path = "../realkubelet/support.rs"]
-#[allow(dead_code)]
-mod rk;
 mod tutorial;
+
+use numa_shim::testing::control_plane as cp;
+use numa_shim::testing::kubelet_pods as pods;
+use numa_shim::testing::real_kubelet as rk;

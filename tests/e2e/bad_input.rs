@@ -7,7 +7,7 @@ use numa_shim::testing::e2e as support;
 
 use numa_shim::proto::cri::v1 as cri;
 use support::harness::{channel, Setup, Shim};
-use support::kubelet::{pod, Res, GI};
+use support::kubelet::{pod_def, Res, GI};
 use tonic::Code;
 
 type Client = cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>;
@@ -42,7 +42,7 @@ async fn huge_sandbox_resources_are_refused_naming_the_field() {
     let mut client = Client::new(channel(&shim.listen).await);
     for field in FIELDS {
         for value in HUGE {
-            let def = pod(&format!("huge-{}", field.replace('_', "-")))
+            let def = pod_def(&format!("huge-{}", field.replace('_', "-")))
                 .pod_level(Res::guaranteed(2000, GI))
                 .container("main", Res::guaranteed(2000, GI));
             let mut request = def.run_request();
@@ -91,7 +91,7 @@ async fn huge_container_resources_are_refused_naming_the_field() {
     .await;
     let kubelet = shim.kubelet().await;
     let mut client = Client::new(channel(&shim.listen).await);
-    let def = pod("grows")
+    let def = pod_def("grows")
         .pod_level(Res::guaranteed(4000, 4 * GI))
         .container("main", Res::guaranteed(2000, GI));
     let sandbox = kubelet.run_sandbox(&def).await.unwrap();

@@ -15,10 +15,11 @@ use fake::FakeDevices;
 use numa_shim::k8s::{KubeletConfiguration, Pod};
 use numa_shim::knowledge::{Knowledge, PodCache, SpecOrigin, Watched};
 use numa_shim::lifecycle::store::CHECKPOINT_NAME;
-use numa_shim::lifecycle::{PlacementHook, Placer, Registry, Store};
+use numa_shim::lifecycle::{Placer, Registry, Store};
 use numa_shim::placement::device::{Device, DeviceFacts};
 use numa_shim::placement::node::Node;
 use numa_shim::proto::cri::v1 as cri;
+use numa_shim::relay::LifecycleHook;
 use numa_shim::relay::{CriRequest, Decision, Hook};
 use numa_shim::state::Checkpoint;
 use numa_shim::telemetry::Metrics;
@@ -40,7 +41,7 @@ fn machine() -> Topology {
     .unwrap()
 }
 
-fn pod(uid: &str) -> String {
+fn gpu_pod_yaml(uid: &str) -> String {
     format!(
         "metadata: {{name: {uid}, uid: {uid}}}\nspec:\n  containers:\n  - name: app\n    \
          resources:\n      limits: {{cpu: \"2\", memory: 256Mi, {GPU}: \"1\"}}\n"
@@ -97,7 +98,7 @@ fn placer(source: Arc<FakeDevices>, dir: &std::path::Path, uids: &[&str]) -> Arc
     let cache = Arc::new(PodCache::default());
     for uid in uids {
         cache.insert(
-            Pod::all_from_yaml(&pod(uid)).unwrap()[0]
+            Pod::all_from_yaml(&gpu_pod_yaml(uid)).unwrap()[0]
                 .to_pod_spec()
                 .unwrap(),
         );
@@ -132,7 +133,7 @@ async fn the_pods_cpus_follow_its_device_and_a_failing_source_keeps_the_devices_
     // g0 is held by another pod: the GPU and the CPUs go to node 1.
     let source = Arc::new(FakeDevices::new(facts(&["g0"])));
     let placer = placer(source.clone(), dir.path(), &["a", "b", "c"]);
-    let hook = PlacementHook::new(placer.clone());
+    let hook = LifecycleHook::new(placer.clone());
     if let Decision::Reject(status) = hook.before(&sandbox("a")).await {
         panic!("refused: {status:?}");
     }

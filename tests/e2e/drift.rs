@@ -11,7 +11,7 @@ use std::time::Duration;
 use numa_shim::cpuset::CpuSet;
 use numa_shim::telemetry::ResourceName;
 use support::harness::{Setup, Shim};
-use support::kubelet::{pod, Res, GI};
+use support::kubelet::{pod_def, Res, GI};
 use support::received;
 
 const TWO: &str = "topoDualSocketHT";
@@ -24,12 +24,13 @@ async fn drifted_cpus_mems_and_lifted_quota_are_put_back() {
         Setup::new(TWO, "single-numa-node", "pod").drift(&dir.path().join("kernel"), PERIOD);
     let shim = Shim::start(dir.path(), &setup).await;
     let kubelet = shim.kubelet().await;
-    let web_def = pod("web")
+    let web_def = pod_def("web")
         .pod_level(Res::guaranteed(4000, 4 * GI))
         .container("main", Res::guaranteed(2000, 2 * GI))
         .container("helper", Res::default());
     let web = kubelet.start_pod(&web_def).await.unwrap();
-    let burst_def = pod("burst").container("app", Res::burstable(500, 1000, 256 << 20, 512 << 20));
+    let burst_def =
+        pod_def("burst").container("app", Res::burstable(500, 1000, 256 << 20, 512 << 20));
     let burst = kubelet.start_pod(&burst_def).await.unwrap();
     let (main, app) = (web.id("main").to_string(), burst.id("app").to_string());
     let metrics = shim.started.placer.metrics();

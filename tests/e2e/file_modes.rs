@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use support::harness::{fixture, kubelet_yaml, Kubelet};
-use support::kubelet::{pod, Res, GI};
+use support::kubelet::{pod_def, Res, GI};
 use support::runtime::{Fake, Runtime};
 
 fn mode(path: &Path) -> u32 {
@@ -70,7 +70,7 @@ async fn serve_under_umask_000_creates_owner_only_state() {
     }
     let kubelet = Kubelet::connect(&listen).await;
     let result = kubelet
-        .start_pod(&pod("named").container("main", Res::guaranteed(2000, GI)))
+        .start_pod(&pod_def("named").container("main", Res::guaranteed(2000, GI)))
         .await;
     let _ = child.kill();
     let _ = child.wait();

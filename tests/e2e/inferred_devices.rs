@@ -14,14 +14,14 @@ use std::sync::Arc;
 use numa_shim::placement::device::{Device, DeviceFacts};
 use numa_shim::testing::devices::FakeDevices;
 use support::harness::{Setup, Shim};
-use support::kubelet::{pod, PodDef, Res};
+use support::kubelet::{pod_def, PodDef, Res};
 use support::received;
 
 const TWO: &str = "topoDualSocketHT";
 const GPU: &str = "example.com/gpu";
 
 fn gpu_pod(name: &str) -> PodDef {
-    pod(name).container("app", Res::guaranteed(1000, 128 << 20))
+    pod_def(name).container("app", Res::guaranteed(1000, 128 << 20))
 }
 
 /// The kubelet's devices: g0 on node 0, allocated to container `app` of the pod asked about

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use numa_shim::cpuset::CpuSet;
 use numa_shim::proto::cri::v1 as cri;
 use support::harness::{Kubelet, RunningPod, Setup, Shim};
-use support::kubelet::{pod, quota, PodDef, Res, GI};
+use support::kubelet::{pod_def, quota, PodDef, Res, GI};
 use support::{one_numa, received};
 use tonic::Code;
 
@@ -18,14 +18,14 @@ const FOUR: &str = "topoDualSocketMultiNumaPerSocketHT";
 const EIGHT: &str = "topoDualSocketMultiNumaPerSocketHTLarge";
 
 fn plr_pod(name: &str, budget: u64, exclusive: u64) -> PodDef {
-    pod(name)
+    pod_def(name)
         .pod_level(Res::guaranteed(budget * 1000, budget * GI))
         .container("main", Res::guaranteed(exclusive * 1000, exclusive * GI))
         .container("helper", Res::default())
 }
 
 fn burstable(name: &str) -> PodDef {
-    pod(name).container("app", Res::burstable(500, 1000, 256 << 20, 512 << 20))
+    pod_def(name).container("app", Res::burstable(500, 1000, 256 << 20, 512 << 20))
 }
 
 /// The CPUs the runtime was told to give the pod's containers (bubble in pod scope).
@@ -419,7 +419,7 @@ async fn a_full_machine_admits_exactly_what_fits_under_concurrency() {
     // Node 0 has 5 free CPUs (CPU 0 reserved), node 1 has 6: 2 + 3 pods of 2 CPUs fit.
     let pods: Vec<PodDef> = (0..10)
         .map(|i| {
-            pod(&format!("p{i}"))
+            pod_def(&format!("p{i}"))
                 .pod_level(Res::guaranteed(2000, GI))
                 .container("main", Res::guaranteed(1000, GI / 2))
                 .container("helper", Res::default())
@@ -528,7 +528,7 @@ async fn many_pods_with_the_pods_api_never_share_a_cpu() {
     }
     let pods: Vec<PodDef> = (0..18)
         .map(|i| {
-            pod(&format!("m{i}"))
+            pod_def(&format!("m{i}"))
                 .pod_level(Res::guaranteed(5000, 5 * GI))
                 .sidecar("proxy", Res::guaranteed(1000, GI))
                 .container("main", Res::guaranteed(2000 + 1000 * (i % 2), 2 * GI))

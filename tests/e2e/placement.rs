@@ -1,4 +1,4 @@
-//! Multi-NUMA end to end: kubelet-shaped CRI calls through the real relay and `PlacementHook`
+//! Multi-NUMA end to end: kubelet-shaped CRI calls through the real relay and `LifecycleHook`
 //! (started by `lifecycle::start`) to a stateful fake runtime, on kubelet fixture machines with
 //! 2, 4 and 8 NUMA nodes; every check is on what the runtime received.
 
@@ -8,7 +8,7 @@ use std::path::Path;
 
 use numa_shim::lifecycle::annotations::POD_ANNOTATION;
 use support::harness::{PodsApi, Setup, Shim};
-use support::kubelet::{pod, quota, PodDef, Res, GI};
+use support::kubelet::{pod_def, quota, PodDef, Res, GI};
 use support::{cpus_per_numa, numa_of, one_numa, received};
 use tonic::Code;
 
@@ -45,7 +45,7 @@ async fn announce(api: &Option<PodsApi>, pod: &PodDef) {
 /// A PLR pod: `budget` CPUs (and GiB), `main` with `exclusive` whole CPUs, `helper` without
 /// resources (pod shared pool).
 fn plr_pod(name: &str, budget: u64, exclusive: u64) -> PodDef {
-    pod(name)
+    pod_def(name)
         .pod_level(Res::guaranteed(budget * 1000, budget * GI))
         .container("main", Res::guaranteed(exclusive * 1000, exclusive * GI))
         .container("helper", Res::default())
@@ -218,7 +218,7 @@ async fn pods_api_sidecar_keeps_its_slice_and_the_pool_is_what_remains() {
     let topology = setup.topology.clone();
     let (shim, api) = start(dir.path(), setup, Mode::PodsApi).await;
     let kubelet = shim.kubelet().await;
-    let pod = pod("mesh")
+    let pod = pod_def("mesh")
         .pod_level(Res::guaranteed(6000, 6 * GI))
         .sidecar("proxy", Res::guaranteed(2000, GI))
         .container("main", Res::guaranteed(2000, 2 * GI))
@@ -285,7 +285,7 @@ async fn container_scope(fixture: &str, mode: Mode, static_memory: bool) {
         "{ctx}"
     );
 
-    let classic = pod("classic")
+    let classic = pod_def("classic")
         .container("a", Res::guaranteed(2000, 2 * GI))
         .container("b", Res::guaranteed(3000, GI));
     announce(&api, &classic).await;
@@ -301,7 +301,8 @@ async fn container_scope(fixture: &str, mode: Mode, static_memory: bool) {
     }
     assert!(a.cpus.is_disjoint(&b.cpus), "{ctx}");
 
-    let burstable = pod("burst").container("app", Res::burstable(500, 1000, 256 << 20, 512 << 20));
+    let burstable =
+        pod_def("burst").container("app", Res::burstable(500, 1000, 256 << 20, 512 << 20));
     announce(&api, &burstable).await;
     kubelet.start_pod(&burstable).await.unwrap();
     let app = received(&shim.fake().created("burst", "app"));
@@ -353,7 +354,7 @@ async fn container_scope_static_memory_classic_and_burstable_pods() {
     let topology = setup.topology.clone();
     let shim = Shim::start(dir.path(), &setup).await;
     let kubelet = shim.kubelet().await;
-    let classic = pod("classic")
+    let classic = pod_def("classic")
         .container("a", Res::guaranteed(4000, 2 * GI))
         .container("b", Res::guaranteed(2000, GI));
     kubelet.start_pod(&classic).await.unwrap();
@@ -365,7 +366,7 @@ async fn container_scope_static_memory_classic_and_burstable_pods() {
     }
     assert_eq!((a.cpus.len(), b.cpus.len()), (4, 2));
     assert!(a.cpus.is_disjoint(&b.cpus));
-    let burstable = pod("burst").container("app", Res::burstable(500, 2000, 256 << 20, GI));
+    let burstable = pod_def("burst").container("app", Res::burstable(500, 2000, 256 << 20, GI));
     kubelet.start_pod(&burstable).await.unwrap();
     let app = received(&shim.fake().created("burst", "app"));
     assert_eq!(app.cpus, shim.shared());
@@ -388,7 +389,7 @@ async fn the_pods_api_spec_is_what_placement_uses() {
         let topology = setup.topology.clone();
         let (shim, api) = start(dir.path(), setup, mode).await;
         let kubelet = shim.kubelet().await;
-        let whole = pod("whole")
+        let whole = pod_def("whole")
             .pod_level(Res::guaranteed(4000, 4 * GI))
             .container("main", Res::guaranteed(4000, 4 * GI));
         announce(&api, &whole).await;

@@ -1,5 +1,5 @@
 //! In-place resize end to end (docs/resize.md): kubelet-shaped UpdateContainerResources and
-//! UpdatePodSandboxResources through the relay and `PlacementHook` to the stateful fake runtime.
+//! UpdatePodSandboxResources through the relay and `LifecycleHook` to the stateful fake runtime.
 //! Grow keeps the promised CPUs and adds CPUs on the container's NUMA node, shrink gives back
 //! only what was added, an infeasible resize is refused with what was asked and what is free,
 //! a runtime error undoes the resize, and a thousand resizes leak nothing.
@@ -9,14 +9,14 @@ use numa_shim::testing::e2e as support;
 use numa_shim::cpuset::CpuSet;
 use numa_shim::lifecycle::RegistrySnapshot;
 use support::harness::{Kubelet, PodsApi, RunningPod, Setup, Shim};
-use support::kubelet::{pod, PodDef, Res, GI};
+use support::kubelet::{pod_def, PodDef, Res, GI};
 use support::{numa_of, one_numa, received};
 use tonic::Code;
 
 const FOUR: &str = "topoDualSocketMultiNumaPerSocketHT";
 
 fn app(cpus: u64) -> PodDef {
-    pod("app").container("main", Res::guaranteed(cpus * 1000, GI))
+    pod_def("app").container("main", Res::guaranteed(cpus * 1000, GI))
 }
 
 fn cpus(n: u64) -> Res {
@@ -190,7 +190,7 @@ async fn a_runtime_error_undoes_the_resize() {
 #[tokio::test]
 async fn a_thousand_resizes_leak_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let other_def = pod("other").container("c", Res::guaranteed(2000, GI));
+    let other_def = pod_def("other").container("c", Res::guaranteed(2000, GI));
     let (shim, _api, kubelet, running) =
         start(dir.path(), "container", &[&app(2), &other_def]).await;
     let id = running[0].id("main").to_string();
@@ -236,7 +236,7 @@ async fn a_thousand_resizes_leak_nothing() {
 #[tokio::test]
 async fn a_pod_budget_grows_and_shrinks_its_pool_keeping_the_slice() {
     let dir = tempfile::tempdir().unwrap();
-    let def = pod("web")
+    let def = pod_def("web")
         .pod_level(Res::guaranteed(4000, 4 * GI))
         .container("main", Res::guaranteed(2000, 2 * GI))
         .container("helper", Res::default());

@@ -12,7 +12,7 @@ use numa_shim::inspect::{PlacementView, PodView};
 use numa_shim::podresources::{PodEntry, Snapshot};
 use numa_shim::state::Checkpoint;
 use support::harness::{config, machine, Setup, Shim};
-use support::kubelet::{pod, PodDef, Res, GI};
+use support::kubelet::{pod_def, PodDef, Res, GI};
 use support::runtime::Runtime;
 
 const TWO: &str = "topoDualSocketHT";
@@ -21,7 +21,7 @@ const CHECKPOINT: &str = "numa-shim-state.json";
 /// The demo's mixed pod, CRI only: the sidecar arrives first with the whole 4-CPU budget, then
 /// main takes 2 of them and the running sidecar is moved to the other 2.
 fn mixed() -> PodDef {
-    pod("mixed")
+    pod_def("mixed")
         .pod_level(Res::guaranteed(4000, 2 * GI))
         .container("proxy", Res::default())
         .container("main", Res::guaranteed(2000, GI))
@@ -175,7 +175,7 @@ async fn every_cpu_allocated_without_a_reservation_restores() {
     let shim = Shim::start(dir.path(), &setup).await;
     let kubelet = shim.kubelet().await;
     for name in ["a", "b"] {
-        let def = pod(name).container("c", Res::guaranteed(6000, GI));
+        let def = pod_def(name).container("c", Res::guaranteed(6000, GI));
         kubelet.start_pod(&def).await.unwrap();
     }
     assert!(shim.shared().is_empty(), "every CPU is allocated");

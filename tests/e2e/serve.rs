@@ -12,7 +12,7 @@ use std::time::Duration;
 use numa_shim::cpuset::CpuSet;
 use numa_shim::topology::fake::FakeSysfs;
 use support::harness::{fixture, kubelet_yaml, Kubelet, PodsApi};
-use support::kubelet::{pod, quota, PodDef, Res, GI};
+use support::kubelet::{pod_def, quota, PodDef, Res, GI};
 use support::runtime::{Fake, Runtime};
 use support::{one_numa, received};
 
@@ -87,7 +87,7 @@ impl Drop for Serve {
 }
 
 fn plr_pod(name: &str, budget: u64, exclusive: u64) -> PodDef {
-    pod(name)
+    pod_def(name)
         .pod_level(Res::guaranteed(budget * 1000, budget * GI))
         .container("main", Res::guaranteed(exclusive * 1000, exclusive * GI))
         .container("helper", Res::default())
@@ -123,7 +123,9 @@ async fn serve_from_topology_json_places_pods_and_keeps_them_across_a_restart() 
     let serve = Serve::start(dir.path(), &machine, &settings, &cri).await;
     let kubelet = Kubelet::connect(&serve.listen).await;
     let burst = kubelet
-        .start_pod(&pod("burst").container("app", Res::burstable(250, 500, 64 << 20, 128 << 20)))
+        .start_pod(
+            &pod_def("burst").container("app", Res::burstable(250, 500, 64 << 20, 128 << 20)),
+        )
         .await
         .unwrap();
     let a = plr_pod("a", 4, 2);
@@ -177,7 +179,7 @@ async fn serve_from_a_fake_sysfs_tree_with_the_pods_api() {
     let serve = Serve::start(dir.path(), &sys, &settings, &args).await;
     let kubelet = Kubelet::connect(&serve.listen).await;
 
-    let mesh = pod("mesh")
+    let mesh = pod_def("mesh")
         .pod_level(Res::guaranteed(6000, 6 * GI))
         .sidecar("proxy", Res::guaranteed(2000, GI))
         .container("main", Res::guaranteed(2000, 2 * GI))
@@ -227,15 +229,6 @@ async fn serve_from_the_raw_fixture_json_without_the_memory_manager() {
     runtime.stop().await;
 }
 
-/// A free TCP port on loopback (bound and released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /healthz` on `port` answers.
 async fn healthz(port: u16) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -260,7 +253,10 @@ async fn sighup_applies_log_level_and_metrics_address() {
     std::fs::write(&machine, fixture("topoDualSocketHT").to_json().unwrap()).unwrap();
     let runtime = Runtime::start(&dir.path().join("runtime.sock"), Fake::default()).await;
     let config = dir.path().join("numa-shim.yaml");
-    let (first, second) = (free_port(), free_port());
+    let (first, second) = (
+        numa_shim::testing::free_port(),
+        numa_shim::testing::free_port(),
+    );
     std::fs::write(
         &config,
         format!("logLevel: warn\nmetricsAddress: 127.0.0.1:{first}\npodKnowledge: cri\n"),
@@ -273,7 +269,7 @@ async fn sighup_applies_log_level_and_metrics_address() {
     eventually("metrics on the first port", || futures_lite(healthz(first))).await;
     let kubelet = Kubelet::connect(&serve.listen).await;
     kubelet
-        .start_pod(&pod("quiet").container("app", Res::default()))
+        .start_pod(&pod_def("quiet").container("app", Res::default()))
         .await
         .unwrap();
     assert!(
@@ -309,7 +305,7 @@ async fn sighup_applies_log_level_and_metrics_address() {
     .await;
     assert!(!futures_lite(healthz(first)), "the first port is closed");
     kubelet
-        .start_pod(&pod("loud").container("app", Res::default()))
+        .start_pod(&pod_def("loud").container("app", Res::default()))
         .await
         .unwrap();
     eventually("debug lines after the reload", || log().contains(" DEBUG ")).await;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use numa_shim::proto::cri::v1 as cri;
 use support::harness::{fixture, kubelet_yaml, Kubelet};
-use support::kubelet::{pod, PodDef, Res, GI};
+use support::kubelet::{pod_def, PodDef, Res, GI};
 use support::runtime::{Fake, Runtime};
 use tonic::Code;
 
@@ -101,11 +101,7 @@ impl Serve {
         std::fs::write(&machine, fixture("topoDualSocketHT").to_json().unwrap()).unwrap();
         let config = dir.join("kubelet.yaml");
         std::fs::write(&config, kubelet_yaml("single-numa-node", "pod", "")).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = numa_shim::testing::free_port();
         let metrics = format!("127.0.0.1:{port}");
         let listen = dir.join("shim.sock");
         let log = dir.join("serve.log");
@@ -202,7 +198,7 @@ impl Drop for Serve {
 }
 
 fn guaranteed(name: &str) -> PodDef {
-    pod(name).container("main", Res::guaranteed(2000, GI))
+    pod_def(name).container("main", Res::guaranteed(2000, GI))
 }
 
 /// The refusal names the checkpoint path and the reason, and says nothing was placed.
@@ -322,7 +318,7 @@ async fn a_container_whose_decision_cannot_be_recorded_is_not_created() {
     let setup = Setup::new("topoDualSocketHT", "single-numa-node", "pod");
     let shim = Shim::start(dir.path(), &setup).await;
     let kubelet = shim.kubelet().await;
-    let def = pod("grows")
+    let def = pod_def("grows")
         .pod_level(Res::guaranteed(4000, 4 * GI))
         .container("helper", Res::default())
         .container("main", Res::guaranteed(2000, GI));

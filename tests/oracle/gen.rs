@@ -156,7 +156,7 @@ fn steps(rng: &mut Prng, gen: &PodGen<'_>, index: u64, f: &mut Features) -> Vec<
     for k in 0..count {
         let name = format!("p{k}");
         let uid = format!("00000000-0000-4000-8000-{:06x}{:06x}", index % 0xff_ffff, k);
-        let pod = gen.pod(rng, &name, &uid, f);
+        let pod = gen.random_pod(rng, &name, &uid, f);
         let later = rng.chance(15);
         let mut step = json!({ "admit": pod.manifest });
         if later {

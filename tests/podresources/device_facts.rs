@@ -16,7 +16,7 @@ use numa_shim::proto::podresources::v1 as pr;
 
 const GPU: &str = "example.com/gpu";
 
-fn pod(name: &str, container: &str, ids: &[&str], node: i64) -> pr::PodResources {
+fn pod_resources(name: &str, container: &str, ids: &[&str], node: i64) -> pr::PodResources {
     pr::PodResources {
         name: name.into(),
         namespace: "default".into(),
@@ -45,8 +45,8 @@ fn kubelet() -> FakeKubelet {
     };
     let list = pr::ListPodResourcesResponse {
         pod_resources: vec![
-            pod("web", "app", &["gpu2"], 1),
-            pod("other", "x", &["gpu0"], 0),
+            pod_resources("web", "app", &["gpu2"], 1),
+            pod_resources("other", "x", &["gpu0"], 0),
         ],
     };
     FakeKubelet::with(list, allocatable)

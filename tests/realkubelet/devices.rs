@@ -9,7 +9,6 @@
 //! keeps its device and CPU, a new pod runs). A kubelet restart in between finds the plugin
 //! again.
 
-use super::support::*;
 use super::*;
 
 const PLUGIN: &str = r#"{"resource": "example.com/gpu",
@@ -138,7 +137,7 @@ async fn device_plugin_device_beside_numa_shims_cpus_and_the_plugin_killed() {
     assert!(node.file_type().is_char_device(), "{node:?}");
 
     // numa-shim's PodResources: the device beside numa-shim's CPU and memory, one NUMA node.
-    let name = rig.kubelet.pod("gpu").unwrap()["metadata"]["name"]
+    let name = rig.kubelet.pod_named("gpu").unwrap()["metadata"]["name"]
         .as_str()
         .unwrap()
         .to_string();

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use super::support::*;
 use super::*;
 
 /// A refused pod never ends through CRI (the kubelet retries RunPodSandbox every 10-15 s); each
@@ -78,7 +77,7 @@ async fn a_refused_pod_is_retried_cheaply_and_shown_with_its_reason() {
             .count();
         assert_eq!(warnings, 1, "one warning for the pod, not one per retry");
         // The kubelet: Pending, the reason in its log; the table names it.
-        let pod = rig.kubelet.pod("empty-shared-pool").unwrap();
+        let pod = rig.kubelet.pod_named("empty-shared-pool").unwrap();
         assert_eq!(pod["status"]["phase"], "Pending");
         assert!(rig.kubelet.log_text().contains(
             "TopologyAffinityError: Pod Scope pod with pod-level resources failed admission under pod-scope topology manager"
@@ -86,7 +85,7 @@ async fn a_refused_pod_is_retried_cheaply_and_shown_with_its_reason() {
     } else {
         // Inferred: refused at main-app's CreateContainer; the kubelet shows the reason in the
         // container's status.
-        let pod = rig.kubelet.pod("empty-shared-pool").unwrap();
+        let pod = rig.kubelet.pod_named("empty-shared-pool").unwrap();
         let main = pod["status"]["containerStatuses"][0]["state"]["waiting"].clone();
         assert_eq!(main["reason"], "CreateContainerError", "{pod}");
         assert!(
@@ -299,7 +298,7 @@ async fn the_kubelets_fit_check_needs_numa_shims_reservation_mirrored() {
         } else {
             let refused = wait_refusals(&shim, "two-cpus", 2).await;
             eprintln!("numa-shim refuses what the kubelet admitted: {refused}");
-            assert_eq!(kubelet.pod("two-cpus").unwrap()["status"]["phase"], "Pending");
+            assert_eq!(kubelet.pod_named("two-cpus").unwrap()["status"]["phase"], "Pending");
             assert!(shim.log_text().contains("THE KUBELET IS NOT SET UP FOR NUMA-SHIM"));
         }
         drop(kubelet);

@@ -20,13 +20,13 @@
 mod devices;
 mod lifecycle;
 mod oracle;
-mod pods;
 mod soak;
-mod support;
 mod tutorial;
 
 use std::time::{Duration, Instant};
 
+use numa_shim::testing::kubelet_pods as pods;
+use numa_shim::testing::real_kubelet as support;
 use serde_json::Value;
 use support::*;
 
@@ -185,7 +185,7 @@ async fn wait_refusals(shim: &Shim, pod: &str, at_least: u64) -> Value {
 async fn wait_phase(kubelet: &Kubelet, pod: &str, phase: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(p) = kubelet.pod(pod) {
+        if let Some(p) = kubelet.pod_named(pod) {
             if p["status"]["phase"] == phase {
                 return p;
             }
@@ -193,7 +193,7 @@ async fn wait_phase(kubelet: &Kubelet, pod: &str, phase: &str) -> Value {
         assert!(
             Instant::now() < deadline,
             "{pod} not {phase}: {:?}",
-            kubelet.pod(pod)
+            kubelet.pod_named(pod)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

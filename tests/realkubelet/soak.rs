@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use super::support::*;
 use super::*;
 
 /// Runtime errors the kubelet logs here that are not numa-shim's, each with why.

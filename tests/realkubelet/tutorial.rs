@@ -2,7 +2,6 @@
 //! and through the kubelet's own managers: the kernel, the decisions and PodResources must agree.
 
 use super::oracle::*;
-use super::support::*;
 use super::*;
 
 fn pod_scope_steps(image: &str, inferred: bool) -> Vec<Step> {
@@ -115,7 +114,7 @@ async fn tutorial_pods_in_pod_scope_match_the_kubelets_own_managers() {
         // The refused pod: shown with the kubelet's reason, retried by the kubelet, Pending.
         let refused = wait_refusals(&rig.shim, "empty-shared-pool", 2).await;
         assert_eq!(refused["reason"], "TopologyAffinityError", "{refused}");
-        let pod = rig.kubelet.pod("empty-shared-pool").unwrap();
+        let pod = rig.kubelet.pod_named("empty-shared-pool").unwrap();
         assert_eq!(pod["status"]["phase"], "Pending", "{pod}");
         assert!(
             !rig.shim.log_text().contains("THE KUBELET IS NOT SET UP"),

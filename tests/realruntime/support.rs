@@ -16,7 +16,7 @@ use numa_shim::lifecycle::runtime::pid_of;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use numa_shim::proto::podsapi::core_v1;
-use numa_shim::testing::process::ShimProcess;
+use numa_shim::testing::process::{serve_args, ShimProcess};
 use numa_shim::transport::unix_channel;
 use tonic::transport::Channel;
 
@@ -90,19 +90,22 @@ impl Shim {
         std::fs::write(&config, settings).unwrap();
         let socket = dir.join("cri.sock");
         let state_dir = dir.join("state");
-        let mut args: Vec<String> = vec![
-            "serve".into(),
-            "--listen".into(),
-            format!("unix://{}", socket.display()),
-            "--runtime".into(),
-            format!("unix://{}", env.containerd.display()),
-            "--config".into(),
+        let (config, state) = (
             config.display().to_string(),
-            "--state-dir".into(),
             state_dir.display().to_string(),
-            "--drift-period".into(),
-            "1s".into(),
-        ];
+        );
+        let mut args = serve_args(
+            &socket,
+            &env.containerd,
+            &[
+                "--config",
+                &config,
+                "--state-dir",
+                &state,
+                "--drift-period",
+                "1s",
+            ],
+        );
         args.extend(extra.iter().map(|s| s.to_string()));
         let bin = Path::new(env!("CARGO_BIN_EXE_numa-shim"));
         let process = ShimProcess::start(bin, args, &socket, &dir.join("numa-shim.log")).await;
@@ -679,22 +682,13 @@ pub fn http_get(addr: &str, path: &str) -> String {
 /// the test, across its restarts). Never a fixed port: other harnesses run these tests at the
 /// same time on the same machine.
 pub fn free_metrics_address() -> &'static str {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = numa_shim::testing::free_port();
     Box::leak(format!("127.0.0.1:{port}").into_boxed_str())
 }
 
 /// The value of one Prometheus sample line `name{labels} value` (labels as written).
 pub fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
+    numa_shim::testing::metric_sample(metrics, series)
         .unwrap_or_else(|| panic!("no sample {series} in:\n{metrics}"))
 }
 

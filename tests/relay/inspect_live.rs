@@ -19,10 +19,11 @@ use numa_shim::inspect::{self, Owner, PlacementView};
 use numa_shim::k8s::{KubeletConfiguration, Pod};
 use numa_shim::knowledge::{Knowledge, PodCache, SpecOrigin, Watched};
 use numa_shim::lifecycle::store::CHECKPOINT_NAME;
-use numa_shim::lifecycle::{PlacementHook, Placer, Registry, Store};
+use numa_shim::lifecycle::{Placer, Registry, Store};
 use numa_shim::placement::node::Node;
 use numa_shim::placement::PodSpec;
 use numa_shim::proto::cri::v1 as cri;
+use numa_shim::relay::LifecycleHook;
 use numa_shim::relay::RelayBuilder;
 use numa_shim::state::Checkpoint;
 use numa_shim::telemetry::{Metrics, MetricsServer, PlacementProvider, Readiness};
@@ -39,12 +40,12 @@ fn shared(sub: &str) -> PathBuf {
         .join(sub)
 }
 
-fn pod(text: &str) -> PodSpec {
+fn spec_from_yaml(text: &str) -> PodSpec {
     Pod::all_from_yaml(text).unwrap()[0].to_pod_spec().unwrap()
 }
 
 fn example(name: &str) -> PodSpec {
-    pod(&std::fs::read_to_string(shared(&format!("examples/{name}.yaml"))).unwrap())
+    spec_from_yaml(&std::fs::read_to_string(shared(&format!("examples/{name}.yaml"))).unwrap())
 }
 
 fn sandbox(spec: &PodSpec) -> cri::RunPodSandboxRequest {
@@ -131,7 +132,7 @@ async fn start(kubelet: &str, machine: Topology) -> Live {
     placer.publish_pools();
     let relay = RunningRelay::start_with(
         RelayBuilder::new(dir.path().join("shim.sock"), &runtime.path)
-            .hook(PlacementHook::new(placer.clone()))
+            .hook(LifecycleHook::new(placer.clone()))
             .metrics(metrics.clone()),
     )
     .await;
@@ -161,7 +162,7 @@ async fn metrics_and_placement_follow_the_pods() {
     let (cache, relay, addr) = (&live.cache, &live.relay, live.addr);
     let mixed = example("pod-scope-mixed");
     let empty = example("empty-shared-pool");
-    let guaranteed = pod(GUARANTEED);
+    let guaranteed = spec_from_yaml(GUARANTEED);
     for p in [&mixed, &empty, &guaranteed] {
         cache.insert(p.clone());
     }
@@ -382,7 +383,7 @@ async fn memory_is_counted_and_drawn() {
         .collect();
     let live = start(KUBELET_MEMORY, machine).await;
     let mixed = example("pod-scope-mixed");
-    let guaranteed = pod(GUARANTEED);
+    let guaranteed = spec_from_yaml(GUARANTEED);
     let mut client = runtime_client(channel(&live.relay.path).await);
     for (p, names) in [
         (

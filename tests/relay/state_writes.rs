@@ -18,9 +18,10 @@ use fake::Runtime;
 use numa_shim::k8s::{KubeletConfiguration, Pod};
 use numa_shim::knowledge::{Knowledge, PodCache, SpecOrigin, Watched};
 use numa_shim::lifecycle::store::CHECKPOINT_NAME;
-use numa_shim::lifecycle::{PlacementHook, Placer, Registry, Store};
+use numa_shim::lifecycle::{Placer, Registry, Store};
 use numa_shim::placement::node::Node;
 use numa_shim::proto::cri::v1 as cri;
+use numa_shim::relay::LifecycleHook;
 use numa_shim::relay::RelayBuilder;
 use numa_shim::state::Checkpoint;
 use numa_shim::telemetry::Metrics;
@@ -70,7 +71,7 @@ async fn a_pod_start_waits_for_one_durable_write() {
     ));
     let relay = RunningRelay::start_with(
         RelayBuilder::new(dir.path().join("shim.sock"), &runtime.path)
-            .hook(PlacementHook::new(placer.clone()))
+            .hook(LifecycleHook::new(placer.clone()))
             .metrics(metrics.clone()),
     )
     .await;

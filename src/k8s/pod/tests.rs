@@ -2,16 +2,16 @@ use super::*;
 
 const GI: u64 = 1 << 30;
 
-fn pod(yaml: &str) -> Pod {
+fn parse(yaml: &str) -> Pod {
     serde_yaml_ng::from_str(yaml).unwrap()
 }
 
 fn spec(yaml: &str) -> placement::PodSpec {
-    pod(yaml).to_pod_spec().unwrap()
+    parse(yaml).to_pod_spec().unwrap()
 }
 
 fn err(yaml: &str) -> String {
-    pod(yaml).to_pod_spec().unwrap_err().to_string()
+    parse(yaml).to_pod_spec().unwrap_err().to_string()
 }
 
 #[test]

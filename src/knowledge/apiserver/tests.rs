@@ -11,7 +11,7 @@ mod server;
 
 use server::{Pki, TestServer};
 
-fn pod(uid: &str, cpu: &str, rv: &str) -> Value {
+fn pod_json(uid: &str, cpu: &str, rv: &str) -> Value {
     json!({
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {"name": format!("pod-{uid}"), "namespace": "ns", "uid": uid,
@@ -92,7 +92,10 @@ async fn https_kubeconfig_lists_watches_and_relists() {
 
     server.reply(
         200,
-        list(&[pod("a", "1", "10"), pod("b", "500m", "11")], "100"),
+        list(
+            &[pod_json("a", "1", "10"), pod_json("b", "500m", "11")],
+            "100",
+        ),
     );
     let watch1 = server.stream();
     eventually("a and b listed", || cache.len() == 2).await;
@@ -109,13 +112,16 @@ async fn https_kubeconfig_lists_watches_and_relists() {
     }
 
     // One event split over two chunks, then two events in one chunk.
-    let added = event("ADDED", pod("c", "2", "101"));
+    let added = event("ADDED", pod_json("c", "2", "101"));
     let (head, tail) = added.split_at(40);
     watch1.send(head.to_string()).unwrap();
     watch1.send(tail.to_string()).unwrap();
     eventually("c added", || cache.get("c").is_some()).await;
     watch1
-        .send(event("MODIFIED", pod("a", "3", "102")) + &event("DELETED", pod("b", "500m", "140")))
+        .send(
+            event("MODIFIED", pod_json("a", "3", "102"))
+                + &event("DELETED", pod_json("b", "500m", "140")),
+        )
         .unwrap();
     eventually("a modified, b deleted", || {
         cpu_of(&cache, "a") == Some(3000) && cache.get("b").is_none()
@@ -138,7 +144,10 @@ async fn https_kubeconfig_lists_watches_and_relists() {
     // An ERROR 410 event forces a re-list, which replaces the cache's content.
     server.reply(
         200,
-        list(&[pod("a", "3", "180"), pod("d", "1", "190")], "200"),
+        list(
+            &[pod_json("a", "3", "180"), pod_json("d", "1", "190")],
+            "200",
+        ),
     );
     let watch3 = server.stream();
     watch2.send(event("ERROR", expired())).unwrap();
@@ -196,11 +205,15 @@ async fn plain_http_with_a_token_file() {
     let conn = Connection::from_kubeconfig(&path).unwrap();
     let cache = Arc::new(PodCache::default());
     let task = tokio::spawn(watch(conn, "node-a".into(), cache.clone()));
-    server.reply(200, list(&[pod("a", "1", "1")], "7"));
+    server.reply(200, list(&[pod_json("a", "1", "1")], "7"));
     let stream = server.stream();
     eventually("a listed", || cache.get("a").is_some()).await;
-    stream.send(event("ADDED", pod("b", "2", "8"))).unwrap();
-    stream.send(event("DELETED", pod("a", "1", "9"))).unwrap();
+    stream
+        .send(event("ADDED", pod_json("b", "2", "8")))
+        .unwrap();
+    stream
+        .send(event("DELETED", pod_json("a", "1", "9")))
+        .unwrap();
     eventually("b added, a deleted", || {
         cache.get("b").is_some() && cache.get("a").is_none()
     })
@@ -233,7 +246,7 @@ async fn in_cluster_config_from_a_root_dir() {
     assert_eq!(conn.server(), format!("https://127.0.0.1:{port}"));
     let cache = Arc::new(PodCache::default());
     let task = tokio::spawn(watch(conn, "node-a".into(), cache.clone()));
-    server.reply(200, list(&[pod("a", "1", "1")], "2"));
+    server.reply(200, list(&[pod_json("a", "1", "1")], "2"));
     let _stream = server.stream();
     eventually("a listed", || cache.get("a").is_some()).await;
     let seen = server.requests(1).await;

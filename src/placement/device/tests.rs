@@ -10,14 +10,8 @@ use super::requests::pod_requests;
 use super::{Device, DeviceFacts, DeviceManager};
 use crate::placement::test_pods::{self, container};
 use crate::placement::{
-    ContainerRole, ContainerSpec, HintProvider, NumaMask, PodSpec, ResourceList, Resources,
-    TopologyHint,
+    ContainerRole, ContainerSpec, HintProvider, NumaMask, ResourceList, Resources, TopologyHint,
 };
-
-/// A pod without pod-level resources.
-fn pod(uid: &str, init: Vec<ContainerSpec>, apps: Vec<ContainerSpec>) -> PodSpec {
-    test_pods::pod(uid, init, apps, None)
-}
 
 const GPU: &str = "example.com/gpu";
 
@@ -153,7 +147,7 @@ fn allocation_takes_aligned_devices_then_the_preference() {
 
 #[test]
 fn pod_requests_follow_the_sidecar_formula() {
-    let p = pod(
+    let p = test_pods::pod(
         "p",
         vec![
             gpus("init", ContainerRole::Init, 3),
@@ -161,6 +155,7 @@ fn pod_requests_follow_the_sidecar_formula() {
             gpus("init2", ContainerRole::Init, 1),
         ],
         vec![gpus("app", ContainerRole::App, 1)],
+        None,
     );
     assert_eq!(pod_requests(&p), BTreeMap::from([(GPU.to_string(), 3)]));
 }
@@ -169,10 +164,11 @@ fn pod_requests_follow_the_sidecar_formula() {
 fn app_container_reuses_the_init_containers_devices() {
     let mut dm = DeviceManager::new(vec![0, 1, 2]);
     dm.set_facts(facts(four()));
-    let p = pod(
+    let p = test_pods::pod(
         "p",
         vec![gpus("init", ContainerRole::Init, 2)],
         vec![gpus("app", ContainerRole::App, 2)],
+        None,
     );
     let h = hint(&[0], true);
     dm.allocate(&p, &p.init_containers[0], &h).unwrap();
@@ -193,7 +189,7 @@ fn devices_the_kubelet_gave_regenerate_their_hints() {
         BTreeMap::from([(GPU.to_string(), vec!["c".to_string()])]),
     )]);
     dm.set_facts(f);
-    let p = pod("p", vec![], vec![gpus("app", ContainerRole::App, 1)]);
+    let p = test_pods::pod("p", vec![], vec![gpus("app", ContainerRole::App, 1)], None);
     // Every combination that holds c; only node 1 alone is preferred.
     let want = Some(vec![
         hint(&[1], true),
@@ -214,7 +210,7 @@ fn devices_without_topology_give_no_preference_and_unregistered_resources_none()
         .limits
         .extended
         .insert("example.com/other".into(), 1);
-    let p = pod("p", vec![], vec![c]);
+    let p = test_pods::pod("p", vec![], vec![c], None);
     let hints = dm.container_hints(&p, &p.containers[0]);
     assert_eq!(hints.len(), 1);
     assert_eq!(hints[GPU], None);
@@ -226,10 +222,10 @@ fn in_use_devices_are_not_available() {
     let mut f = facts(four());
     f.in_use = BTreeMap::from([(GPU.to_string(), BTreeSet::from(["a".to_string()]))]);
     dm.set_facts(f);
-    let p = pod("p", vec![], vec![gpus("app", ContainerRole::App, 2)]);
+    let p = test_pods::pod("p", vec![], vec![gpus("app", ContainerRole::App, 2)], None);
     let hints = dm.container_hints(&p, &p.containers[0]);
     assert!(hints[GPU].as_ref().unwrap().iter().all(|h| !h.preferred));
-    let p3 = pod("q", vec![], vec![gpus("app", ContainerRole::App, 4)]);
+    let p3 = test_pods::pod("q", vec![], vec![gpus("app", ContainerRole::App, 4)], None);
     assert_eq!(
         dm.container_hints(&p3, &p3.containers[0])[GPU],
         Some(vec![])

@@ -1,5 +1,5 @@
 //! numa-shim as a test runs it: the fake runtime, placement (`lifecycle::start` with the real
-//! `PlacementHook`) and the relay on unix sockets in a temporary directory, plus a kubelet-like
+//! `LifecycleHook`) and the relay on unix sockets in a temporary directory, plus a kubelet-like
 //! CRI client; the fake kubelet Pods API is `testing::pods_api`.
 
 use std::collections::BTreeMap;
@@ -180,7 +180,7 @@ impl Shim {
             .unwrap();
         let listen = dir.join("shim.sock");
         let relay = RelayBuilder::new(&listen, &runtime.path)
-            .hook(started.hook.clone())
+            .hook(crate::relay::LifecycleHook::new(started.placer.clone()))
             .bind()
             .await
             .unwrap();

@@ -86,7 +86,7 @@ pub struct PodDef {
 }
 
 /// A pod named `name` (uid `uid-<name>`, namespace `e2e`) without containers yet.
-pub fn pod(name: &str) -> PodDef {
+pub fn pod_def(name: &str) -> PodDef {
     PodDef {
         uid: format!("uid-{name}"),
         name: name.to_string(),

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::lifecycle::{PlacementHook, Placer};
+use crate::lifecycle::Placer;
 use crate::placement::config::TopologyScope;
 use crate::proto::cri::v1 as cri;
+use crate::relay::LifecycleHook;
 use crate::relay::RelayBuilder;
 use crate::telemetry::Metrics;
 use prost::Message;
@@ -34,7 +35,7 @@ pub async fn live() -> Live {
 
 /// [`live`] with the relay's builder adjusted by `adjust`.
 pub async fn live_with(
-    adjust: impl FnOnce(RelayBuilder<PlacementHook>) -> RelayBuilder<PlacementHook>,
+    adjust: impl FnOnce(RelayBuilder<LifecycleHook>) -> RelayBuilder<LifecycleHook>,
 ) -> Live {
     let dir = tempfile::tempdir().unwrap();
     let runtime = Runtime::start_without_deadlines(&dir.path().join("runtime.sock")).await;
@@ -43,7 +44,7 @@ pub async fn live_with(
     let placer = support::placer_with(registry, dir.path(), metrics.clone());
     let relay = RunningRelay::start_with(adjust(
         RelayBuilder::new(dir.path().join("shim.sock"), &runtime.path)
-            .hook(PlacementHook::new(placer.clone()))
+            .hook(LifecycleHook::new(placer.clone()))
             .metrics(metrics)
             .settle_delay(SETTLE)
             .settle_lookup_timeout(Duration::from_millis(300)),

@@ -243,7 +243,7 @@ impl PodGen<'_> {
     }
 
     /// One pod named `name` with `uid`.
-    pub fn pod(&self, rng: &mut Prng, name: &str, uid: &str, f: &mut Features) -> GenPod {
+    pub fn random_pod(&self, rng: &mut Prng, name: &str, uid: &str, f: &mut Features) -> GenPod {
         let (draft, level) = match rng.below(100) {
             0..=29 => {
                 f.tag("pods=classic");

@@ -3,10 +3,11 @@
 //! and `TestSMTAlignmentErrorText`.
 
 use super::fixtures::{machine, set};
-use super::policy::{config, ctr, pod};
+use super::policy::{config, ctr};
 use crate::placement::config::{CpuPolicyOptions, ReservedCpus};
 use crate::placement::cpu::CpuManager;
 use crate::placement::pod::{ContainerRole, ContainerSpec};
+use crate::placement::test_pods::{self, GI};
 use crate::placement::{AdmissionError, HintProvider, TopologyHint};
 
 const I: ContainerRole = ContainerRole::Init;
@@ -74,7 +75,7 @@ fn allocate_pod_with_init_and_sidecars() {
     ];
     for (init, apps, want) in cases {
         let mut cm = manager("topoDualSocketHT");
-        let p = pod("p", Some(3), init, apps);
+        let p = test_pods::pod("p", init, apps, Some((3 * 1000, GI)));
         cm.allocate_pod(&p, &any).unwrap();
         for (name, cpus) in want {
             assert_eq!(cm.cpuset_or_default("p", name), set(cpus), "{name}");
@@ -88,7 +89,12 @@ fn allocate_pod_with_init_and_sidecars() {
 #[test]
 fn allocate_pod_skips_non_guaranteed_pod() {
     let mut cm = manager("topoDualSocketHT");
-    let mut p = pod("p", Some(2), vec![], vec![c("gu-1", A, Some(1))]);
+    let mut p = test_pods::pod(
+        "p",
+        vec![],
+        vec![c("gu-1", A, Some(1))],
+        Some((2 * 1000, GI)),
+    );
     if let Some(r) = p.resources.as_mut() {
         r.limits.cpu_milli = Some(1000);
     }
@@ -171,7 +177,7 @@ fn validate_pod_scope_resources_table() {
     ];
     let cm = manager("topoSingleSocketHT");
     for (n, (budget, init, apps, valid)) in rows.into_iter().enumerate() {
-        let p = pod("p", Some(budget), init, apps);
+        let p = test_pods::pod("p", init, apps, Some((budget * 1000, GI)));
         let got = cm.validate_pod_scope_resources(&p);
         assert_eq!(got.is_ok(), valid, "row {n}: {got:?}");
         if let Err(e) = got {
@@ -215,7 +221,7 @@ fn allocate_pod_enforces_smt_alignment() {
     };
     let cfg = config(ReservedCpus::Explicit(set("0,6")), opts);
     let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
-    let p = pod("p", Some(3), vec![], vec![c("a", A, None)]);
+    let p = test_pods::pod("p", vec![], vec![c("a", A, None)], Some((3 * 1000, GI)));
     let err = cm
         .allocate_pod(
             &p,
@@ -229,7 +235,7 @@ fn allocate_pod_enforces_smt_alignment() {
         err.to_string(),
         "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 2"
     );
-    let p = pod("q", Some(4), vec![], vec![c("a", A, None)]);
+    let p = test_pods::pod("q", vec![], vec![c("a", A, None)], Some((4 * 1000, GI)));
     cm.allocate_pod(
         &p,
         &TopologyHint {

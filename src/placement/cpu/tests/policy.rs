@@ -6,12 +6,12 @@ use crate::cpuset::CpuSet;
 use crate::placement::config::{Config, CpuPolicy, CpuPolicyOptions, ReservedCpus, TopologyPolicy};
 use crate::placement::cpu::{ContainerAssignment, CpuError, CpuManager, CpuTopology};
 use crate::placement::hint::NumaMask;
-use crate::placement::pod::{ContainerRole, ContainerSpec, PodSpec, ResourceList, Resources};
+use crate::placement::pod::{ContainerRole, ContainerSpec, ResourceList, Resources};
 use crate::placement::qos::IsolationLevel;
 use crate::placement::{HintProvider, TopologyHint};
 use crate::topology::{CpuInfo, Topology};
 
-const GI: u64 = 1 << 30;
+use crate::placement::test_pods::{self, GI};
 
 pub(super) fn res(cpu_milli: Option<u64>) -> Resources {
     let l = ResourceList {
@@ -30,22 +30,6 @@ pub(super) fn ctr(name: &str, role: ContainerRole, cpus: Option<u64>) -> Contain
         name: name.into(),
         role,
         resources: cpus.map(|c| res(Some(c * 1000))).unwrap_or_default(),
-    }
-}
-
-pub(super) fn pod(
-    uid: &str,
-    level: Option<u64>,
-    init: Vec<ContainerSpec>,
-    apps: Vec<ContainerSpec>,
-) -> PodSpec {
-    PodSpec {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: uid.into(),
-        resources: level.map(|c| res(Some(c * 1000))),
-        init_containers: init,
-        containers: apps,
     }
 }
 
@@ -163,11 +147,11 @@ fn align_by_socket_allocation() {
             affinity: Some(NumaMask::from_ids([0, 2])),
             preferred: true,
         };
-        let p = pod(
+        let p = test_pods::pod(
             "p",
-            None,
             vec![],
             vec![ctr("c", ContainerRole::App, Some(2))],
+            None,
         );
         cm.allocate(&p, &p.containers[0], &hint).unwrap();
         assert_eq!(
@@ -202,11 +186,11 @@ fn init_container_cpus_are_reused_sidecar_cpus_are_not() {
         none.clone(),
         CpuPolicyOptions::default(),
     );
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        None,
         vec![ctr("init", ContainerRole::Init, Some(4))],
         vec![ctr("app", ContainerRole::App, Some(2))],
+        None,
     );
     for c in p.init_containers.iter().chain(&p.containers) {
         cm.allocate(&p, c, &any()).unwrap();
@@ -216,11 +200,11 @@ fn init_container_cpus_are_reused_sidecar_cpus_are_not() {
     assert_eq!(cm.shared_pool(), &set("1,2,3,5,6,7"));
 
     let mut cm = manager("topoSingleSocketHT", none, CpuPolicyOptions::default());
-    let p = pod(
+    let p = test_pods::pod(
         "q",
-        None,
         vec![ctr("side", ContainerRole::Sidecar, Some(4))],
         vec![ctr("app", ContainerRole::App, Some(2))],
+        None,
     );
     for c in p.init_containers.iter().chain(&p.containers) {
         cm.allocate(&p, c, &any()).unwrap();
@@ -261,11 +245,11 @@ fn pod_guaranteed_cpus_with_init_and_sidecars() {
         ContainerRole::Sidecar,
         ContainerRole::App,
     );
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        None,
         vec![ctr("s", s, Some(10)), ctr("i", i, Some(200))],
         vec![ctr("a", a, Some(100))],
+        None,
     );
     assert_eq!(cm.pod_guaranteed_cpus(&p), 210);
     let init = vec![
@@ -276,7 +260,7 @@ fn pod_guaranteed_cpus_with_init_and_sidecars() {
         ctr("s3", s, Some(3)),
     ];
     assert_eq!(
-        cm.pod_guaranteed_cpus(&pod("p", None, init, vec![ctr("a", a, Some(1))])),
+        cm.pod_guaranteed_cpus(&test_pods::pod("p", init, vec![ctr("a", a, Some(1))], None)),
         8
     );
     let init = vec![
@@ -286,7 +270,7 @@ fn pod_guaranteed_cpus_with_init_and_sidecars() {
         ctr("s3", s, Some(3)),
     ];
     assert_eq!(
-        cm.pod_guaranteed_cpus(&pod("p", None, init, vec![ctr("a", a, Some(1))])),
+        cm.pod_guaranteed_cpus(&test_pods::pod("p", init, vec![ctr("a", a, Some(1))], None)),
         7
     );
 }
@@ -318,11 +302,11 @@ fn container_hints_prefer_narrowest() {
     )
     .unwrap();
     cm.state.default_cpu_set = set("2-11");
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        None,
         vec![],
         vec![ctr("c", ContainerRole::App, Some(2))],
+        None,
     );
     let hints = cm.container_hints(&p, &p.containers[0])["cpu"]
         .clone()
@@ -336,7 +320,7 @@ fn container_hints_prefer_narrowest() {
         vec![(vec![0], true), (vec![1], true), (vec![0, 1], false)]
     );
     // Shared-pool containers and non-Guaranteed pods give no preference.
-    let shared = pod("q", None, vec![], vec![ctr("c", ContainerRole::App, None)]);
+    let shared = test_pods::pod("q", vec![], vec![ctr("c", ContainerRole::App, None)], None);
     assert!(cm
         .container_hints(&shared, &shared.containers[0])
         .is_empty());
@@ -366,11 +350,11 @@ fn pod_hints_with_align_by_socket() {
             opts,
         );
         cm.state.default_cpu_set = set(default);
-        let p = pod(
+        let p = test_pods::pod(
             "p",
-            None,
             vec![],
             vec![ctr("c", ContainerRole::App, Some(request))],
+            None,
         );
         let hints = cm.pod_hints(&p)["cpu"].clone().unwrap();
         let preferred: Vec<Vec<u32>> = hints
@@ -393,11 +377,11 @@ fn pod_bubble_partition_and_release() {
     )
     .unwrap();
     let (s, a) = (ContainerRole::Sidecar, ContainerRole::App);
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        Some(5),
         vec![ctr("side", s, None)],
         vec![ctr("big", a, Some(3)), ctr("x", a, None)],
+        Some((5 * 1000, GI)),
     );
     cm.allocate_pod(&p, &any()).unwrap();
     let bubble = cm.pod_cpus("p").unwrap().clone();
@@ -444,11 +428,11 @@ fn pod_bubble_partition_and_release() {
 fn snapshot_restore_roundtrip_and_validation() {
     let cfg = config(ReservedCpus::Explicit(set("0,6")), Default::default());
     let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        None,
         vec![],
         vec![ctr("c", ContainerRole::App, Some(4))],
+        None,
     );
     cm.allocate(&p, &p.containers[0], &any()).unwrap();
     let json = serde_json::to_string(&cm.snapshot()).unwrap();
@@ -485,11 +469,11 @@ fn snapshot_restore_roundtrip_and_validation() {
 fn a_state_with_every_cpu_allocated_restores_without_a_reservation() {
     let cfg = config(ReservedCpus::Explicit(CpuSet::new()), Default::default());
     let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        None,
         vec![],
         vec![ctr("c", ContainerRole::App, Some(12))],
+        None,
     );
     cm.allocate(&p, &p.containers[0], &any()).unwrap();
     assert!(cm.shared_pool().is_empty());
@@ -512,11 +496,11 @@ fn none_policy_is_inert() {
         ..Config::default()
     };
     let mut cm = CpuManager::new(&machine("topoDualSocketHT"), &cfg).unwrap();
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        None,
         vec![],
         vec![ctr("c", ContainerRole::App, Some(2))],
+        None,
     );
     assert!(cm.container_hints(&p, &p.containers[0]).is_empty());
     cm.allocate(&p, &p.containers[0], &any()).unwrap();

@@ -5,13 +5,14 @@
 use proptest::prelude::*;
 
 use super::fixtures::machine;
-use super::policy::{config, ctr, pod};
+use super::policy::{config, ctr};
 use crate::cpuset::CpuSet;
 use crate::placement::config::{CpuPolicyOptions, ReservedCpus};
 use crate::placement::cpu::CpuManager;
 use crate::placement::hint::NumaMask;
 use crate::placement::pod::{ContainerRole, PodSpec};
 use crate::placement::qos::IsolationLevel;
+use crate::placement::test_pods::{self, GI};
 use crate::placement::{HintProvider, TopologyHint};
 
 #[derive(Debug, Clone)]
@@ -32,7 +33,7 @@ fn role(r: u8) -> ContainerRole {
 }
 
 fn build(uid: &str, level: Option<u64>, spec: &[(u8, u8)]) -> PodSpec {
-    let mut p = pod(uid, level, vec![], vec![]);
+    let mut p = test_pods::pod(uid, vec![], vec![], level.map(|c| (c * 1000, GI)));
     for (i, &(r, n)) in spec.iter().enumerate() {
         let c = ctr(&format!("c{i}"), role(r), (n > 0).then_some(u64::from(n)));
         if c.role == ContainerRole::App {

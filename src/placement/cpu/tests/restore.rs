@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use super::fixtures::set;
-use super::policy::{config, ctr, pod};
+use super::policy::{config, ctr};
 use crate::placement::config::{CpuPolicyOptions, ReservedCpus};
 use crate::placement::cpu::{ContainerAssignment, CpuManager};
 use crate::placement::pod::{ContainerRole, ContainerSpec, PodSpec};
 use crate::placement::qos::IsolationLevel;
+use crate::placement::test_pods::{self, GI};
 use crate::placement::{HintProvider, TopologyHint};
 use crate::topology::{CpuInfo, Topology};
 
@@ -262,7 +263,7 @@ fn restore_pod_allocation() {
     ];
     for (case, budget, init, apps, default, bubble, held, want, want_bubble, want_default) in rows {
         let mut cm = machine(8);
-        let p = pod(case, Some(budget), init, apps);
+        let p = test_pods::pod(case, init, apps, Some((budget * 1000, GI)));
         seed(&mut cm, &p, default, bubble, &held);
         cm.allocate_pod(&p, &any)
             .unwrap_or_else(|e| panic!("{case}: {e}"));
@@ -288,11 +289,11 @@ fn restore_pod_allocation() {
 #[test]
 fn failed_restore_releases_everything() {
     let mut cm = machine(8);
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        Some(4),
         vec![],
         vec![c("c1", A, Some(2)), c("c2", A, Some(2))],
+        Some((4 * 1000, GI)),
     );
     seed(&mut cm, &p, "0,3-7", "1-2", &[("c1", "1-2")]);
     let any = TopologyHint {
@@ -318,7 +319,7 @@ fn preferred(cm: &CpuManager, p: &PodSpec) -> Vec<Vec<u32>> {
 
 #[test]
 fn pod_hints_follow_the_restored_bubble() {
-    let p = pod("p", Some(2), vec![], vec![c("c1", A, Some(2))]);
+    let p = test_pods::pod("p", vec![], vec![c("c1", A, Some(2))], Some((2 * 1000, GI)));
     let mut cm = machine(4);
     seed(&mut cm, &p, "0-4,7", "5-6", &[]);
     assert_eq!(preferred(&cm, &p), vec![vec![1]]);
@@ -333,20 +334,20 @@ fn pod_hints_follow_the_restored_bubble() {
 
 #[test]
 fn pod_hints_count_cpus_a_stale_bubble_will_release() {
-    let p = pod(
+    let p = test_pods::pod(
         "p",
-        Some(4),
         vec![],
         vec![c("c1", A, Some(2)), c("c2", A, Some(2))],
+        Some((4 * 1000, GI)),
     );
     let mut cm = machine(4);
     seed(&mut cm, &p, "0-3", "4-7", &[("c2", "6-7")]);
     assert!(preferred(&cm, &p).contains(&vec![1]));
-    let p = pod(
+    let p = test_pods::pod(
         "q",
-        Some(3),
         vec![],
         vec![c("c1", A, Some(2)), c("c2", A, None)],
+        Some((3 * 1000, GI)),
     );
     let mut cm = machine(4);
     seed(&mut cm, &p, "0-4", "5-7", &[("c2", "7")]);

@@ -77,7 +77,7 @@ fn the_device_node_decides_where_the_cpus_go() {
         // g0 is taken by another pod: the pod's GPU and CPUs go to node 1.
         let mut f = gpu_facts();
         f.in_use = BTreeMap::from([(GPU.to_string(), BTreeSet::from(["g0".to_string()]))]);
-        let p = pod("p", vec![], vec![guaranteed("app", 2, 1)]);
+        let p = test_pods::pod("p", vec![], vec![guaranteed("app", 2, 1)], None);
         let placed = n.admit_with_devices(&p, f).unwrap();
         let c = &placed.containers[0];
         assert_eq!(c.devices[GPU], vec!["g1".to_string()], "{scope:?}");
@@ -89,7 +89,7 @@ fn the_device_node_decides_where_the_cpus_go() {
 fn without_devices_the_cpus_go_to_node_0_first() {
     // The same pod without the device request: the test above can fail.
     let mut n = node(TopologyPolicy::SingleNumaNode, TopologyScope::Container);
-    let p = pod("p", vec![], vec![guaranteed("app", 2, 0)]);
+    let p = test_pods::pod("p", vec![], vec![guaranteed("app", 2, 0)], None);
     let placed = n.admit(&p).unwrap();
     assert_eq!(placed.containers[0].cpus.to_string(), "1-2");
 }
@@ -98,11 +98,11 @@ fn without_devices_the_cpus_go_to_node_0_first() {
 fn a_device_node_without_room_for_the_cpus_is_refused() {
     let mut n = node(TopologyPolicy::SingleNumaNode, TopologyScope::Container);
     n.set_devices(gpu_facts());
-    let filler = pod("f", vec![], vec![guaranteed("app", 3, 0)]);
+    let filler = test_pods::pod("f", vec![], vec![guaranteed("app", 3, 0)], None);
     n.admit(&filler).unwrap(); // node 0 has no free CPU left (0 is reserved)
     let mut f = gpu_facts();
     f.in_use = BTreeMap::from([(GPU.to_string(), BTreeSet::from(["g1".to_string()]))]);
-    let p = pod("p", vec![], vec![guaranteed("app", 2, 1)]);
+    let p = test_pods::pod("p", vec![], vec![guaranteed("app", 2, 1)], None);
     let err = n.admit_with_devices(&p, f).unwrap_err();
     assert_eq!(err, AdmissionError::TopologyAffinity);
     // The refused pod holds nothing: the next one gets g0.
@@ -113,12 +113,12 @@ fn a_device_node_without_room_for_the_cpus_is_refused() {
 fn devices_go_back_with_the_pod_and_the_next_pod_gets_them() {
     let mut n = node(TopologyPolicy::BestEffort, TopologyScope::Container);
     n.set_devices(gpu_facts());
-    let a = pod("a", vec![], vec![guaranteed("app", 1, 1)]);
-    let b = pod("b", vec![], vec![guaranteed("app", 1, 1)]);
+    let a = test_pods::pod("a", vec![], vec![guaranteed("app", 1, 1)], None);
+    let b = test_pods::pod("b", vec![], vec![guaranteed("app", 1, 1)], None);
     assert_eq!(n.admit(&a).unwrap().containers[0].devices[GPU], vec!["g0"]);
     assert_eq!(n.admit(&b).unwrap().containers[0].devices[GPU], vec!["g1"]);
     n.remove_pod("a");
-    let c = pod("c", vec![], vec![guaranteed("app", 1, 1)]);
+    let c = test_pods::pod("c", vec![], vec![guaranteed("app", 1, 1)], None);
     assert_eq!(n.admit(&c).unwrap().containers[0].devices[GPU], vec!["g0"]);
     let snap = n.snapshot();
     let mut m = node(TopologyPolicy::BestEffort, TopologyScope::Container);
@@ -130,7 +130,7 @@ fn devices_go_back_with_the_pod_and_the_next_pod_gets_them() {
 fn pod_level_pods_under_pod_scope_get_devices_at_container_start() {
     let mut n = node(TopologyPolicy::SingleNumaNode, TopologyScope::Pod);
     n.set_devices(gpu_facts());
-    let mut p = pod("p", vec![], vec![guaranteed("app", 0, 1)]);
+    let mut p = test_pods::pod("p", vec![], vec![guaranteed("app", 0, 1)], None);
     p.containers[0].resources.requests.cpu_milli = None;
     p.containers[0].resources.limits.cpu_milli = None;
     p.containers[0].resources.requests.memory = None;
@@ -180,10 +180,20 @@ fn devices_on_too_many_nodes_are_refused_not_enumerated() {
     n.set_devices(facts(devices));
     let started = std::time::Instant::now();
     let err = n
-        .admit(&pod("p", vec![], vec![guaranteed("app", 1, 1)]))
+        .admit(&test_pods::pod(
+            "p",
+            vec![],
+            vec![guaranteed("app", 1, 1)],
+            None,
+        ))
         .unwrap_err();
     assert!(err.to_string().contains("exceeds the budget"), "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(2));
-    n.admit(&pod("q", vec![], vec![guaranteed("app", 1, 0)]))
-        .expect("a pod without devices is placed");
+    n.admit(&test_pods::pod(
+        "q",
+        vec![],
+        vec![guaranteed("app", 1, 0)],
+        None,
+    ))
+    .expect("a pod without devices is placed");
 }

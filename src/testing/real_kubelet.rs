@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use numa_shim::cgroup::{Host, Reading};
-use numa_shim::lifecycle::runtime::pid_of;
-use numa_shim::proto::cri::v1 as cri;
-use numa_shim::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
-use numa_shim::testing::process::ShimProcess;
-use numa_shim::transport::unix_channel;
+use crate::cgroup::{Host, Reading};
+use crate::lifecycle::runtime::pid_of;
+use crate::proto::cri::v1 as cri;
+use crate::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
+use crate::testing::process::{built_binary, serve_args, ShimProcess};
+use crate::transport::unix_channel;
 use serde_json::Value;
 
 /// One test at a time: they share the machine's two CPUs and the kubelet's ports.
@@ -132,29 +132,25 @@ impl Shim {
     pub async fn start(env: &Env, name: &str, extra: &[String]) -> Self {
         let dir = env.fresh(&format!("shim-{name}"));
         let socket = dir.join("cri.sock");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::testing::free_port();
         let metrics = format!("127.0.0.1:{port}");
-        let mut args: Vec<String> = vec![
-            "serve".into(),
-            "--listen".into(),
-            format!("unix://{}", socket.display()),
-            "--runtime".into(),
-            format!("unix://{}", env.runtime.display()),
-            "--state-dir".into(),
-            dir.join("state").display().to_string(),
-            "--metrics-address".into(),
-            metrics.clone(),
-            "--drift-period".into(),
-            "2s".into(),
-        ];
+        let state = dir.join("state").display().to_string();
+        let mut args = serve_args(
+            &socket,
+            &env.runtime,
+            &[
+                "--state-dir",
+                &state,
+                "--metrics-address",
+                &metrics,
+                "--drift-period",
+                "2s",
+            ],
+        );
         args.extend(extra.iter().cloned());
         // NUMA_SHIM_IT_BIN runs another build (e.g. an older one, to see a test fail on it).
         let bin = std::env::var("NUMA_SHIM_IT_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_numa-shim").to_string());
+            .unwrap_or_else(|_| built_binary().display().to_string());
         let process =
             ShimProcess::start(Path::new(&bin), args, &socket, &dir.join("numa-shim.log")).await;
         Self {
@@ -207,13 +203,11 @@ impl Shim {
     }
 
     /// SIGTERM (a clean stop: numa-shim drains its calls and exits), waits for the exit.
-    #[allow(dead_code)] // used by tests/cluster, which shares this file
     pub fn terminate(&mut self) {
         self.process.terminate();
     }
 
     /// Starts the process again after [`Self::kill9`] or [`Self::terminate`].
-    #[allow(dead_code)] // used by tests/cluster
     pub async fn start_again(&mut self) {
         self.process.start_again().await;
     }
@@ -343,7 +337,7 @@ impl Kubelet {
     }
 
     /// The kubelet's pod whose manifest name is `name` (static pods are `<name>-<node>`).
-    pub fn pod(&self, name: &str) -> Option<Value> {
+    pub fn pod_named(&self, name: &str) -> Option<Value> {
         self.pods().into_iter().find(|p| short_name(p) == name)
     }
 
@@ -487,22 +481,8 @@ pub async fn kernel(env: &Env, kubelet: &Kubelet) -> BTreeMap<String, BTreeMap<S
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let filter = cri::ContainerFilter {
-            label_selector: HashMap::from([("io.kubernetes.pod.uid".to_string(), uid)]),
-            state: Some(cri::ContainerStateValue {
-                state: cri::ContainerState::ContainerRunning as i32,
-            }),
-            ..Default::default()
-        };
-        let list = client
-            .list_containers(cri::ListContainersRequest {
-                filter: Some(filter),
-            })
-            .await
-            .unwrap()
-            .into_inner();
         let mut containers = BTreeMap::new();
-        for c in list.containers {
+        for c in running_containers(&mut client, uid).await {
             let status = client
                 .container_status(cri::ContainerStatusRequest {
                     container_id: c.id.clone(),
@@ -653,13 +633,7 @@ pub fn http_get(addr: &str, path: &str) -> String {
 
 /// The value of one Prometheus sample line `name{labels} value`, 0 when absent.
 pub fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or(0.0)
+    crate::testing::metric_sample(metrics, series).unwrap_or(0.0)
 }
 
 /// numa-shim's sample device plugin (integration/device-plugin) for a kubelet of the harness,
@@ -732,13 +706,11 @@ impl Drop for DevicePlugin {
     }
 }
 
-/// The PID of the running container `container` of the kubelet's pod `pod` (manifest name).
-pub async fn container_pid(env: &Env, kubelet: &Kubelet, pod: &str, container: &str) -> u32 {
-    let uid = kubelet.pod(pod).expect("the pod")["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let mut client = RuntimeServiceClient::new(unix_channel(&env.runtime));
+/// The running containers of the pod with `uid`, as the runtime lists them.
+async fn running_containers(
+    client: &mut RuntimeServiceClient<tonic::transport::Channel>,
+    uid: String,
+) -> Vec<cri::Container> {
     let filter = cri::ContainerFilter {
         label_selector: HashMap::from([("io.kubernetes.pod.uid".to_string(), uid)]),
         state: Some(cri::ContainerStateValue {
@@ -746,15 +718,25 @@ pub async fn container_pid(env: &Env, kubelet: &Kubelet, pod: &str, container: &
         }),
         ..Default::default()
     };
-    let list = client
+    client
         .list_containers(cri::ListContainersRequest {
             filter: Some(filter),
         })
         .await
         .unwrap()
-        .into_inner();
-    let c = list
+        .into_inner()
         .containers
+}
+
+/// The PID of the running container `container` of the kubelet's pod `pod` (manifest name).
+pub async fn container_pid(env: &Env, kubelet: &Kubelet, pod: &str, container: &str) -> u32 {
+    let uid = kubelet.pod_named(pod).expect("the pod")["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut client = RuntimeServiceClient::new(unix_channel(&env.runtime));
+    let c = running_containers(&mut client, uid)
+        .await
         .into_iter()
         .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == container))
         .unwrap_or_else(|| panic!("no running container {container} in {pod}"));

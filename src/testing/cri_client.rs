@@ -1,12 +1,11 @@
-//! What the CRI bench drivers share (benches/relay_load.rs, benches/relay_memory.rs, included
-//! with `#[path]`): a CRI client on a unix socket and the one pod shape they start, a sandbox
-//! with one `sleep` container.
-#![allow(dead_code)]
+//! What the CRI bench drivers share (benches/relay_load.rs, benches/relay_memory.rs): a CRI
+//! client on a unix socket and the one pod shape they start, a sandbox with one `sleep`
+//! container.
 
 use std::path::Path;
 
+use crate::proto::cri::v1 as cri;
 use hyper_util::rt::TokioIo;
-use numa_shim::proto::cri::v1 as cri;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 

@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use numa_shim::knowledge::apiserver::{self, Connection, WatchSettings, WatchStats};
-use numa_shim::knowledge::PodCache;
+use crate::knowledge::apiserver::{self, Connection, WatchSettings, WatchStats};
+use crate::knowledge::PodCache;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 

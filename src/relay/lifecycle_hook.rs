@@ -1,9 +1,13 @@
-//! [`PlacementHook`]: the relay hook, the one way an intercepted call goes through placement.
-//! `before` asks `placing` for a decision and turns it into the wire patch (`annotations`) plus
-//! the decision as a value; `after` gets that value back with the runtime's outcome and records
-//! it. Errors become gRPC statuses in one place, [`PlacementError::status`]; refusals by the
-//! kubelet's rules (first or repeated) are also handed to the refusal reporter. `placing` logs
-//! refusals (a warning once per pod and reason); the hook logs the other errors.
+//! [`LifecycleHook`]: the relay hook over the pod lifecycle, the one way an intercepted call
+//! goes through placement. `before` asks the [`Placer`] for a decision and turns it into the
+//! wire patch (numa-shim's annotations from `lifecycle::annotations` plus the resource fields)
+//! and the decision as a value ([`Decided`]); `after` gets that value back with the runtime's
+//! answer, turns both into a plain [`lifecycle::Outcome`] and has the `Placer` record it: the
+//! lifecycle never sees CRI answers or gRPC codes, and the runtime's answer reaches the caller as
+//! it was sent whatever is recorded. Errors become gRPC statuses in one place,
+//! [`PlacementError::status`]; refusals by the kubelet's rules (first or repeated) are also
+//! handed to the refusal reporter. The `Placer` logs refusals (a warning once per pod and
+//! reason); the hook logs the other errors.
 //!
 //! Nothing here waits on the runtime while holding a lock: the relay forwards between `before`
 //! and `after`.
@@ -13,18 +17,36 @@ use std::sync::Arc;
 use tonic::{Code, Status};
 use tracing::warn;
 
-use super::annotations::{container_patch, resources_patch, sandbox_patch};
-use super::placer::{DecideError, Placer};
-use super::placing::Decided;
-use super::placing::PlacementError;
+use super::hook::{CriRequest, CriResponse, Decision, Hook, Outcome, Patch, ResourcesPatch};
+use crate::cpuset::CpuSet;
+use crate::lifecycle::annotations::{container_annotations, sandbox_annotations};
+use crate::lifecycle::placer::DecideError;
+use crate::lifecycle::registry::{ContainerDecision, Resized};
+use crate::lifecycle::{self, PlacementError, Placer};
 use crate::proto::cri::v1 as cri;
-use crate::relay::{CriRequest, Decision, Hook, Outcome, Patch};
 use crate::report::Stage;
 
-/// The relay hook.
+/// The relay hook over the pod lifecycle.
 #[derive(Debug, Clone)]
-pub struct PlacementHook {
+pub struct LifecycleHook {
     placer: Arc<Placer>,
+}
+
+/// What `before` decided for one call, handed to `after` with the runtime's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    /// RunPodSandbox: the pod is admitted (or already was).
+    Admitted { uid: String },
+    /// CreateContainer: where container `name` runs.
+    Placed {
+        name: String,
+        decision: ContainerDecision,
+    },
+    /// UpdateContainerResources: numa-shim's own cpuset was kept.
+    Kept,
+    /// UpdateContainerResources / UpdatePodSandboxResources: an in-place resize, applied and
+    /// undone if the runtime refuses the call.
+    Resized(Box<Resized>),
 }
 
 impl PlacementError {
@@ -49,7 +71,7 @@ impl PlacementError {
     }
 }
 
-impl PlacementHook {
+impl LifecycleHook {
     pub fn new(placer: Arc<Placer>) -> Self {
         Self { placer }
     }
@@ -60,7 +82,10 @@ impl PlacementHook {
         };
         match self.placer.admit(req, meta).await {
             Ok(admission) => Decision::Forward {
-                patch: sandbox_patch(&admission.spec, admission.source),
+                patch: Patch {
+                    annotations: sandbox_annotations(&admission.spec, admission.source),
+                    ..Patch::default()
+                },
                 decided: Decided::Admitted {
                     uid: admission.spec.uid,
                 },
@@ -78,7 +103,17 @@ impl PlacementHook {
     async fn create_container(&self, req: &cri::CreateContainerRequest) -> Decision<Decided> {
         match self.placer.place(req).await {
             Ok(Some(placement)) => Decision::Forward {
-                patch: container_patch(&placement.decision, placement.inferred.as_ref()),
+                patch: Patch {
+                    resources: resources_patch(
+                        &placement.decision.cpus,
+                        placement.decision.mems.clone(),
+                        placement.decision.cpu_quota,
+                    ),
+                    annotations: container_annotations(
+                        &placement.decision,
+                        placement.inferred.as_ref(),
+                    ),
+                },
                 decided: Decided::Placed {
                     name: placement.name,
                     decision: placement.decision,
@@ -162,7 +197,7 @@ impl PlacementHook {
     }
 }
 
-impl Hook for PlacementHook {
+impl Hook for LifecycleHook {
     type Decided = Decided;
 
     async fn before(&self, request: &CriRequest) -> Decision<Decided> {
@@ -190,7 +225,73 @@ impl Hook for PlacementHook {
     }
 
     async fn after(&self, request: &CriRequest, decided: Option<Decided>, outcome: &Outcome) {
-        self.placer.record(request, decided, outcome).await;
+        if let Some(outcome) = lifecycle_outcome(request, decided, outcome) {
+            self.placer.record(outcome).await;
+        }
+    }
+}
+
+/// What the runtime did with a forwarded call, for the lifecycle: read from the CRI answer
+/// (success and the ids it gave) with what `before` decided. `None`: nothing to record.
+fn lifecycle_outcome(
+    request: &CriRequest,
+    decided: Option<Decided>,
+    outcome: &Outcome,
+) -> Option<lifecycle::Outcome> {
+    let ok = outcome.status.code() == Code::Ok;
+    if let Some(Decided::Resized(resized)) = decided {
+        return Some(lifecycle::Outcome::Resized {
+            resized,
+            accepted: ok,
+        });
+    }
+    match (request, decided, outcome.response.as_ref()) {
+        (
+            CriRequest::RunPodSandbox(_),
+            Some(Decided::Admitted { uid }),
+            Some(CriResponse::RunPodSandbox(resp)),
+        ) if ok => Some(lifecycle::Outcome::SandboxRun {
+            uid,
+            sandbox: resp.pod_sandbox_id.clone(),
+        }),
+        (CriRequest::RunPodSandbox(_), Some(Decided::Admitted { uid }), _) => {
+            Some(lifecycle::Outcome::SandboxFailed { uid })
+        }
+        (
+            CriRequest::CreateContainer(req),
+            Some(Decided::Placed { name, decision }),
+            Some(CriResponse::CreateContainer(resp)),
+        ) if ok => Some(lifecycle::Outcome::Created {
+            container: resp.container_id.clone(),
+            sandbox: req.pod_sandbox_id.clone(),
+            name,
+            decision,
+        }),
+        (CriRequest::RemoveContainer(req), _, _) if ok => {
+            Some(lifecycle::Outcome::ContainerRemoved {
+                container: req.container_id.clone(),
+            })
+        }
+        (CriRequest::StopPodSandbox(req), _, _) if ok => Some(lifecycle::Outcome::SandboxStopped {
+            sandbox: req.pod_sandbox_id.clone(),
+        }),
+        (CriRequest::RemovePodSandbox(req), _, _) if ok => {
+            Some(lifecycle::Outcome::SandboxRemoved {
+                sandbox: req.pod_sandbox_id.clone(),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The resource fields numa-shim sets for a container with `cpus`.
+fn resources_patch(cpus: &CpuSet, mems: Option<String>, cpu_quota: Option<i64>) -> ResourcesPatch {
+    // An empty set would mean "every CPU" to the runtime: leave the field as the kubelet sent it.
+    ResourcesPatch {
+        cpuset_cpus: (!cpus.is_empty()).then(|| cpus.to_string()),
+        cpuset_mems: mems,
+        cpu_quota,
+        ..Default::default()
     }
 }
 
@@ -201,6 +302,166 @@ mod tests {
     use crate::lifecycle::store::StoreError;
     use crate::placement::AdmissionError;
     use crate::state::StateError;
+
+    /// How each answer of the runtime reaches the lifecycle: successes with the ids the runtime
+    /// gave, a RunPodSandbox that did not run as a release, failed releases as nothing.
+    #[test]
+    fn every_answer_becomes_one_lifecycle_outcome() {
+        use crate::lifecycle::registry::ResizeTarget;
+        use crate::lifecycle::Outcome as Did;
+        use crate::placement::node::Isolation;
+        let answer = |code: Code, response: Option<CriResponse>| Outcome {
+            status: Status::new(code, ""),
+            response,
+        };
+        let decision = ContainerDecision {
+            cpus: CpuSet::parse("2-3").unwrap(),
+            mems: Some("1".into()),
+            cpu_quota: Some(-1),
+            exclusive: true,
+            isolation: Isolation::Container,
+        };
+        let resized = Box::new(Resized {
+            pod_uid: "u".into(),
+            pod: "ns/p".into(),
+            target: ResizeTarget::Pod {
+                sandbox_id: "s1".into(),
+            },
+            decision: None,
+            undo: None,
+        });
+        let run = CriRequest::RunPodSandbox(Box::default());
+        let ran = Some(CriResponse::RunPodSandbox(cri::RunPodSandboxResponse {
+            pod_sandbox_id: "s1".into(),
+        }));
+        let admitted = || Some(Decided::Admitted { uid: "u".into() });
+        let create = CriRequest::CreateContainer(Box::new(cri::CreateContainerRequest {
+            pod_sandbox_id: "s1".into(),
+            ..Default::default()
+        }));
+        let created = Some(CriResponse::CreateContainer(cri::CreateContainerResponse {
+            container_id: "c1".into(),
+        }));
+        let placed = || {
+            Some(Decided::Placed {
+                name: "app".into(),
+                decision: decision.clone(),
+            })
+        };
+        let update = CriRequest::UpdateContainerResources(Box::default());
+        let stop = CriRequest::StopPodSandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: "s1".into(),
+        });
+        let remove = CriRequest::RemovePodSandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: "s1".into(),
+        });
+        let remove_container = CriRequest::RemoveContainer(cri::RemoveContainerRequest {
+            container_id: "c1".into(),
+        });
+        let stop_container = CriRequest::StopContainer(cri::StopContainerRequest {
+            container_id: "c1".into(),
+            timeout: 0,
+        });
+        let cases: Vec<(&CriRequest, Option<Decided>, Outcome, Option<Did>)> = vec![
+            (
+                &run,
+                admitted(),
+                answer(Code::Ok, ran.clone()),
+                Some(Did::SandboxRun {
+                    uid: "u".into(),
+                    sandbox: "s1".into(),
+                }),
+            ),
+            (
+                &run,
+                admitted(),
+                answer(Code::Unknown, None),
+                Some(Did::SandboxFailed { uid: "u".into() }),
+            ),
+            (
+                &run,
+                admitted(),
+                answer(Code::DeadlineExceeded, None),
+                Some(Did::SandboxFailed { uid: "u".into() }),
+            ),
+            // A success whose answer did not decode has no sandbox id: released.
+            (
+                &run,
+                admitted(),
+                answer(Code::Ok, None),
+                Some(Did::SandboxFailed { uid: "u".into() }),
+            ),
+            (&run, None, answer(Code::Ok, ran), None),
+            (
+                &create,
+                placed(),
+                answer(Code::Ok, created.clone()),
+                Some(Did::Created {
+                    container: "c1".into(),
+                    sandbox: "s1".into(),
+                    name: "app".into(),
+                    decision: decision.clone(),
+                }),
+            ),
+            (&create, placed(), answer(Code::Internal, None), None),
+            (&create, None, answer(Code::Ok, created), None),
+            (
+                &update,
+                Some(Decided::Resized(resized.clone())),
+                answer(Code::Ok, None),
+                Some(Did::Resized {
+                    resized: resized.clone(),
+                    accepted: true,
+                }),
+            ),
+            (
+                &update,
+                Some(Decided::Resized(resized.clone())),
+                answer(Code::InvalidArgument, None),
+                Some(Did::Resized {
+                    resized,
+                    accepted: false,
+                }),
+            ),
+            (&update, Some(Decided::Kept), answer(Code::Ok, None), None),
+            (
+                &stop,
+                None,
+                answer(Code::Ok, None),
+                Some(Did::SandboxStopped {
+                    sandbox: "s1".into(),
+                }),
+            ),
+            (&stop, None, answer(Code::Unavailable, None), None),
+            (
+                &remove,
+                None,
+                answer(Code::Ok, None),
+                Some(Did::SandboxRemoved {
+                    sandbox: "s1".into(),
+                }),
+            ),
+            (&remove, None, answer(Code::NotFound, None), None),
+            (
+                &remove_container,
+                None,
+                answer(Code::Ok, None),
+                Some(Did::ContainerRemoved {
+                    container: "c1".into(),
+                }),
+            ),
+            (&remove_container, None, answer(Code::Unknown, None), None),
+            (&stop_container, None, answer(Code::Ok, None), None),
+        ];
+        for (request, decided, answer, expected) in cases {
+            let what = format!("{request:?} {decided:?} {:?}", answer.status.code());
+            assert_eq!(
+                lifecycle_outcome(request, decided, &answer),
+                expected,
+                "{what}"
+            );
+        }
+    }
 
     fn write_error(errno: i32) -> StoreError {
         StoreError::State(StateError::Write {
