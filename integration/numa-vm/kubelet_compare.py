@@ -101,10 +101,10 @@ def remove(name):
     return ("remove", name)
 
 
-def cases(per):
+def cases(nodes, per):
     """name -> (policy, scope, plugin devices or None, steps in order: pods, and remove(NAME)).
-    `per` CPUs per node; CPU 0 is reserved, so node 0 holds per-1 CPUs for pods and the others
-    per; the machine's allocatable CPUs are nodes * per - 1.
+    `nodes` NUMA nodes of `per` CPUs each; CPU 0 is reserved, so node 0 holds per-1 CPUs for
+    pods and the others per; the machine's allocatable CPUs are nodes * per - 1.
 
     A pod that must be refused asks for no more than the node's allocatable CPUs and memory
     still free (the kubelet's own fit check, which runs with its managers off too, lets it
@@ -145,10 +145,13 @@ def cases(per):
             burst(),
             pod("spans-two", [ctr("app", res(wide, "256Mi"))]),
         ]),
-        # container scope: each container of one pod on its own node.
+        # container scope: each container of one pod on its own node (a third container of a
+        # node's CPUs on a third node when the guest has one).
         "container-single-numa-node": ("single-numa-node", "container", None, [
             burst(),
-            pod("two-nodes", [ctr("small", res(1, "64Mi")), ctr("big", res(per, "128Mi"))]),
+            pod("two-nodes", [ctr("small", res(1, "64Mi")), ctr("big", res(per, "128Mi"))]) if nodes < 3 else
+            pod("three-nodes", [ctr("small", res(1, "64Mi")), ctr("big", res(per, "128Mi")),
+                                ctr("big-2", res(per, "64Mi"))]),
         ]),
         # The sample device plugin's example.com/gpu devices on node 1: the pods' CPUs and
         # memory follow them there.
@@ -177,8 +180,7 @@ DOCUMENTED = {
 
 
 def cmd_cases(_args):
-    _, per = topology()
-    known = cases(per)
+    known = cases(*topology())
     for name in os.environ.get("NUMAVM_KUBELET_CASES", "").split() or known:
         if name not in known:
             sys.exit(f"NUMAVM_KUBELET_CASES: no case {name} (cases: {' '.join(known)})")
@@ -186,8 +188,7 @@ def cmd_cases(_args):
 
 
 def cmd_prepare(args):
-    _, per = topology()
-    policy, scope, devices, pods = cases(per)[args.case]
+    policy, scope, devices, pods = cases(*topology())[args.case]
     os.makedirs(args.dir, exist_ok=True)
     with open(os.path.join(args.dir, "kubelet.yaml"), "w") as f:
         f.write("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
