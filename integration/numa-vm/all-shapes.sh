@@ -11,7 +11,7 @@
 # What it costs on the 2-vCPU machine (qemu on one host CPU; docs/fidelity.md, "Results", has
 # every run): the crictl flows ~12-15 min together. The kubelet comparison: a guest's boot and
 # containerd ~1 min, then per case both halves (two kubelet starts, the pods one after the
-# other, the readings, the comparison) 6-10 min on a lightly loaded machine (2n: 349-622 s) and
+# other, the readings, the comparison) 6-12 min on a lightly loaded machine (2n: 349-712 s) and
 # 2-5 times that under a load of ~10 from other jobs (2n pod-single-numa-node, 9 steps, 53 min);
 # the 4n guest is slower still (4n: see docs/fidelity.md). The six cases on 2n and 4n: about
 # 2-3 hours on an idle machine, more on a loaded one. NUMAVM_KUBELET_TIMEOUT (default 3600 s)
