@@ -13,9 +13,9 @@
 # containerd ~1 min, then per case both halves (two kubelet starts, the pods one after the
 # other, the readings, the comparison) 6-12 min on a lightly loaded machine (2n: 349-712 s) and
 # 2-5 times that under a load of ~10 from other jobs (2n pod-single-numa-node, 9 steps, 53 min);
-# the 4n guest is slower still (4n: see docs/fidelity.md). The six cases on 2n and 4n: about
-# 2-3 hours on an idle machine, more on a loaded one. NUMAVM_KUBELET_TIMEOUT (default 3600 s)
-# bounds each case's guest.
+# the 4n guest about the same (4n: 417-557 s per case under a load of ~5). The six cases on 2n
+# and 4n: about 2-3 hours on an idle machine, more on a loaded one. NUMAVM_KUBELET_TIMEOUT
+# (default 3600 s) bounds each case's guest.
 #
 #   integration/numa-vm/all-shapes.sh [SHAPE...]
 set -euo pipefail
