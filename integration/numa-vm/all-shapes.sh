@@ -3,11 +3,19 @@
 # integration/numa-vm/run.sh (2n, 4n, snc), one after the other, then the kubelet comparison
 # (integration/numa-vm/kubelet-compare.sh: kubelet v1.37.2's own managers against numa-shim, the
 # sample device plugin included) in the shapes of NUMAVM_KUBELET_SHAPES (default "2n 4n"; "none"
-# skips it), and prints each one's result and wall time. Builds numa-shim, the PodResources
-# client and the sample device plugin first. Needs root and the kubelet in the cache
-# (integration/install-deps.sh); installs the Debian packages it needs. Costs about 10 minutes
-# for the crictl flows; the kubelet comparison costs about 30 minutes per case and shape on a
-# loaded 2-CPU machine (README, docs/fidelity.md): NUMAVM_KUBELET_CASES picks cases.
+# skips it), each case in a guest of its own (NUMAVM_KUBELET_CASES picks cases; default all six
+# of kubelet_compare.py), and prints each one's result and wall time. Builds numa-shim, the
+# PodResources client and the sample device plugin first. Needs root and the kubelet in the
+# cache (integration/install-deps.sh); installs the Debian packages it needs.
+#
+# What it costs on the 2-vCPU machine (qemu on one host CPU; docs/fidelity.md, "Results", has
+# every run): the crictl flows ~12-15 min together. The kubelet comparison: a guest's boot and
+# containerd ~1 min, then per case both halves (two kubelet starts, the pods one after the
+# other, the readings, the comparison) 6-12 min on a lightly loaded machine (2n: 349-712 s) and
+# 2-5 times that under a load of ~10 from other jobs (2n pod-single-numa-node, 9 steps, 53 min);
+# the 4n guest about the same (4n: 417-557 s per case under a load of ~5). The six cases on 2n
+# and 4n: about 2-3 hours on an idle machine, more on a loaded one. NUMAVM_KUBELET_TIMEOUT
+# (default 3600 s) bounds each case's guest.
 #
 #   integration/numa-vm/all-shapes.sh [SHAPE...]
 set -euo pipefail
@@ -40,17 +48,22 @@ for shape in "${shapes[@]}"; do
         failed=$((failed + 1))
     fi
 done
+kcases=()
+if [[ -n $kshapes ]]; then mapfile -t kcases < <(python3 "$here/kubelet_compare.py" cases); fi
 for shape in $kshapes; do
-    start=$(date +%s)
-    rc=0
-    NUMAVM_TAG=kubelet NUMAVM_TIMEOUT=${NUMAVM_KUBELET_TIMEOUT:-5400} "$here/run.sh" "$shape" -- integration/numa-vm/kubelet-compare.sh || rc=$?
-    secs=$(($(date +%s) - start))
-    if ((rc == 0)); then
-        results+=("ok      ${secs}s  $shape kubelet comparison")
-    else
-        results+=("FAILED  ${secs}s  $shape kubelet comparison (exit $rc; integration/.work/numa-vm/last-$shape-kubelet)")
-        failed=$((failed + 1))
-    fi
+    for case in "${kcases[@]}"; do
+        start=$(date +%s)
+        rc=0
+        NUMAVM_KUBELET_CASES=$case NUMAVM_TAG=kubelet-$case NUMAVM_TIMEOUT=${NUMAVM_KUBELET_TIMEOUT:-3600} \
+            "$here/run.sh" "$shape" -- integration/numa-vm/kubelet-compare.sh || rc=$?
+        secs=$(($(date +%s) - start))
+        if ((rc == 0)); then
+            results+=("ok      ${secs}s  $shape kubelet comparison $case")
+        else
+            results+=("FAILED  ${secs}s  $shape kubelet comparison $case (exit $rc; integration/.work/numa-vm/last-$shape-kubelet-$case)")
+            failed=$((failed + 1))
+        fi
+    done
 done
 it_log "numa-vm all shapes:"
 printf '  %s\n' "${results[@]}" >&2

@@ -10,7 +10,8 @@
 # devices with NUMA nodes from its config), on the guest's containerd 1.6:
 #   1. kubelet v1.37.2 standalone, its CPU, Memory and Topology Managers on with the case's
 #      settings (static, Static, the case's policy and scope, PodLevelResourceManagers), the
-#      case's static pods added one after the other (each running or refused before the next);
+#      case's static pods added one after the other (each running or refused before the next),
+#      some taken away again (read just before, gone before the next step);
 #      every container's cpuset.cpus, cpuset.mems, CFS quota, Cpus_allowed_list and
 #      Mems_allowed_list read from the kernel, every pod's admission (refusal reason and
 #      message), the kubelet's PodResources List and Get; then everything torn down;
@@ -121,16 +122,31 @@ run_case() {
             "device-plugin-$name"
         echo "device plugin registered: $(tr -d '\n' <"$cdir/plugin.json")"
     fi
+    local pods_url removed=$d/removed.json
+    rm -f "$removed"
+    pods_url="http://$(it_kubelet_fact "$name" read_only)/pods"
+    collect() {
+        cmp collect --mode "$mode" --pods "$pods_url" --crictl "$crictl_direct" \
+            --podresources "$IT_BIN/podresources-go -socket $pr -timeout 60s" ${metrics:+--placement "$metrics"} \
+            --merge "$removed" "$@" >/dev/null
+    }
     while read -r pod; do
+        if [[ $pod == -* ]]; then
+            # A remove step: the pod's readings as they are now, then the pod taken away and
+            # gone from the kubelet before the next step.
+            pod=${pod#-}
+            collect --only "$pod" --out "$removed.new" && mv "$removed.new" "$removed"
+            rm -f "$manifests/$pod.yaml"
+            cmp gone "$pod" --pods "$pods_url" --timeout 600 || echo "FAIL: $pod did not go"
+            continue
+        fi
         cp "$cdir/pod-$pod.yaml" "$manifests/.$pod.tmp"
         mv "$manifests/.$pod.tmp" "$manifests/$pod.yaml"
-        cmp settle "$pod" --pods "http://$(it_kubelet_fact "$name" read_only)/pods" ${metrics:+--placement "$metrics"} --timeout 600 ||
+        cmp settle "$pod" --pods "$pods_url" ${metrics:+--placement "$metrics"} --timeout 600 ||
             echo "FAIL: $pod did not settle"
     done <"$cdir/steps"
     sleep "$settle_secs"
-    cmp collect --mode "$mode" --pods "http://$(it_kubelet_fact "$name" read_only)/pods" --crictl "$crictl_direct" \
-        --podresources "$IT_BIN/podresources-go -socket $pr -timeout 60s" ${metrics:+--placement "$metrics"} \
-        --out "$out/$case-$mode.json" >/dev/null
+    collect --out "$out/$case-$mode.json"
     cmp summary "$out/$case-$mode.json"
     if [[ -n $metrics ]]; then "$bin" inspect --endpoint "$metrics" || true; fi
     # Tear down: the plugin, the kubelet and its pods, numa-shim.
