@@ -51,6 +51,22 @@ pub fn decode_pod(bytes: &[u8]) -> Result<PodSpec, PodsApiError> {
     manifest.to_pod_spec().map_err(|e| spec_err(e.to_string()))
 }
 
+/// The pod's creation time and whether it finished, from the same bytes.
+pub fn pod_meta(bytes: &[u8]) -> super::PodMeta {
+    let Ok(pod) = core_v1::Pod::decode(bytes) else {
+        return super::PodMeta::default();
+    };
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    super::PodMeta {
+        created: pod
+            .metadata
+            .as_ref()
+            .and_then(|m| m.creation_timestamp.as_ref())
+            .and_then(|t| t.seconds),
+        finished: matches!(phase, Some("Succeeded" | "Failed")),
+    }
+}
+
 /// The pod as the JSON a manifest would hold, so manifests and the Pods API share one parser.
 fn manifest(pod: &core_v1::Pod) -> Value {
     let meta = pod.metadata.clone().unwrap_or_default();
@@ -148,7 +164,7 @@ async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status
     while let Some(event) = stream.message().await? {
         match EventType::try_from(event.r#type).unwrap_or(EventType::Unspecified) {
             EventType::Added | EventType::Modified => match decode_pod(&event.pod) {
-                Ok(spec) => cache.insert(spec),
+                Ok(spec) => cache.insert_with(spec, pod_meta(&event.pod)),
                 Err(err) => warn!(error = %err, "pod from the pods api ignored"),
             },
             EventType::Deleted => {

@@ -1,0 +1,165 @@
+//! The front's device choice, pure: which pod the kubelet is allocating for
+//! ([`pick_pod`], [`asking`]), the devices numa-shim's decision gave the container
+//! ([`from_decision`]), and the kubelet's own choice with the devices' topology visible
+//! ([`kubelet_choice`], the fallback). No I/O; `decide` runs the admission these read.
+
+use std::collections::BTreeMap;
+
+use crate::knowledge::PodMeta;
+use crate::placement::device::alloc::{devices_to_allocate, Ask, Ids};
+use crate::placement::device::hints::generate;
+use crate::placement::device::requests::container_requests;
+use crate::placement::device::Device;
+use crate::placement::{ContainerSpec, PodSpec, TopologyHint};
+
+/// One `ContainerPreferredAllocationRequest`, as sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    pub resource: String,
+    /// `available_deviceIDs` (the kubelet passes `must_include` among them too).
+    pub available: Ids,
+    /// `must_include_deviceIDs`: devices of init containers the container reuses.
+    pub must: Ids,
+    /// `allocation_size`: the container's whole request.
+    pub size: usize,
+}
+
+/// The pod's containers in the kubelet's allocation order (init containers, then app
+/// containers) that ask for exactly `size` devices of `resource`.
+pub fn asking<'a>(pod: &'a PodSpec, resource: &str, size: usize) -> Vec<&'a ContainerSpec> {
+    pod.init_containers
+        .iter()
+        .chain(&pod.containers)
+        .filter(|c| {
+            container_requests(c)
+                .get(resource)
+                .is_some_and(|&n| usize::try_from(n).is_ok_and(|n| n == size && n > 0))
+        })
+        .collect()
+}
+
+/// The pod the kubelet is admitting now, among `pods` (known on this node, not admitted by
+/// numa-shim yet): the kubelet admits pods one at a time, oldest `creationTimestamp` first, so
+/// the oldest unfinished pod with a container asking `size` of `resource` (ties by namespace,
+/// name). `None` when no pod fits.
+pub fn pick_pod<'a>(
+    pods: &'a [(PodSpec, PodMeta)],
+    resource: &str,
+    size: usize,
+) -> Option<&'a PodSpec> {
+    pods.iter()
+        .filter(|(pod, meta)| !meta.finished && !asking(pod, resource, size).is_empty())
+        .min_by(|(a, ma), (b, mb)| {
+            // Unknown creation times last.
+            let key = |m: &PodMeta| (m.created.is_none(), m.created.unwrap_or(0));
+            key(ma)
+                .cmp(&key(mb))
+                .then_with(|| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))
+        })
+        .map(|(pod, _)| pod)
+}
+
+/// Why a decision's devices cannot be the answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    #[error("the decision gave container {container} no {resource} devices")]
+    None { container: String, resource: String },
+    #[error("the decision gave container {container} {got} devices, the kubelet asks {size}")]
+    Size {
+        container: String,
+        got: usize,
+        size: usize,
+    },
+    #[error("the decision's device {id} is not among the kubelet's available ones")]
+    NotAvailable { id: String },
+    #[error("the decision leaves out device {id} the kubelet must include")]
+    MissingMust { id: String },
+}
+
+/// The devices numa-shim's decision gave `container` for the request, checked against what the
+/// kubelet offers: `size` of them, each available or must-included, every must-include in.
+pub fn from_decision(
+    decided: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    container: &str,
+    wanted: &Wanted,
+) -> Result<Ids, Unusable> {
+    let ids: Ids = decided
+        .get(container)
+        .and_then(|r| r.get(&wanted.resource))
+        .map(|ids| ids.iter().cloned().collect())
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return Err(Unusable::None {
+            container: container.to_string(),
+            resource: wanted.resource.clone(),
+        });
+    }
+    if ids.len() != wanted.size {
+        return Err(Unusable::Size {
+            container: container.to_string(),
+            got: ids.len(),
+            size: wanted.size,
+        });
+    }
+    if let Some(id) = ids
+        .iter()
+        .find(|id| !wanted.available.contains(*id) && !wanted.must.contains(*id))
+    {
+        return Err(Unusable::NotAvailable { id: id.clone() });
+    }
+    if let Some(id) = wanted.must.iter().find(|id| !ids.contains(*id)) {
+        return Err(Unusable::MissingMust { id: id.clone() });
+    }
+    Ok(ids)
+}
+
+/// What the kubelet itself would have chosen with the devices' topology visible and only the
+/// device hints merged (its managers off): the first preferred (narrowest) hint that the
+/// available and must-include devices can fill, in the kubelet's mask order (else the first
+/// hint at all); then `devicesToAllocate` with that hint and the documented plugin preference
+/// (must-include first, then the lowest ids, aligned devices before others). Devices without
+/// topology, or no hint: must-include first, then the lowest available ids.
+pub fn kubelet_choice(devices: &[Device], machine_nodes: &[u32], wanted: &Wanted) -> Ids {
+    let free: Ids = wanted.available.difference(&wanted.must).cloned().collect();
+    let hints = generate(
+        devices,
+        machine_nodes,
+        &free,
+        &wanted.must,
+        wanted.size as u64,
+    );
+    let hint = hints
+        .iter()
+        .find(|h| h.preferred)
+        .or_else(|| {
+            hints
+                .iter()
+                .min_by_key(|h| h.affinity.map_or(u32::MAX, |m| m.count()))
+        })
+        .copied()
+        .unwrap_or(TopologyHint {
+            affinity: None,
+            preferred: true,
+        });
+    let healthy: Ids = devices.iter().map(|d| d.id.clone()).collect();
+    let empty = Ids::new();
+    let ask = Ask {
+        resource: &wanted.resource,
+        required: wanted.size as u64,
+        held: &empty,
+        reusable: &wanted.must,
+        registered: true,
+        healthy: &healthy,
+        available: &free,
+        devices,
+        hint: &hint,
+    };
+    match devices_to_allocate(&ask) {
+        Ok(ids) => ids,
+        // Not enough devices: the kubelet takes what the plugin names and fails its own count
+        // check; answer the plugin's preference over everything offered.
+        Err(_) => {
+            crate::placement::device::alloc::preferred(&wanted.available, &wanted.must, wanted.size)
+        }
+    }
+}
