@@ -163,3 +163,194 @@ pub fn kubelet_choice(devices: &[Device], machine_nodes: &[u32], wanted: &Wanted
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::test_pods::{app, guaranteed, pod_of, GI};
+
+    fn gpu(id: &str, node: u32) -> Device {
+        Device {
+            id: id.into(),
+            numa_nodes: vec![node],
+        }
+    }
+
+    fn ids(list: &[&str]) -> Ids {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn wanted(available: &[&str], must: &[&str], size: usize) -> Wanted {
+        Wanted {
+            resource: "example.com/gpu".into(),
+            available: ids(available),
+            must: ids(must),
+            size,
+        }
+    }
+
+    fn gpu_pod(uid: &str, gpus: u64) -> PodSpec {
+        let mut r = guaranteed(1000, GI);
+        r.limits.extended.insert("example.com/gpu".into(), gpus);
+        r.requests.extended.insert("example.com/gpu".into(), gpus);
+        pod_of(uid, None, vec![app("app", r)])
+    }
+
+    #[test]
+    fn the_kubelets_own_choice_is_the_first_narrowest_node_then_lowest_ids() {
+        let devices = [
+            gpu("gpu0", 0),
+            gpu("gpu1", 1),
+            gpu("gpu2", 0),
+            gpu("gpu3", 1),
+        ];
+        let nodes = [0, 1];
+        // Both nodes could hold it: node 0 first, its lowest id.
+        assert_eq!(
+            kubelet_choice(
+                &devices,
+                &nodes,
+                &wanted(&["gpu0", "gpu1", "gpu2", "gpu3"], &[], 1)
+            ),
+            ids(&["gpu0"])
+        );
+        // Two: both of node 0.
+        assert_eq!(
+            kubelet_choice(
+                &devices,
+                &nodes,
+                &wanted(&["gpu0", "gpu1", "gpu2", "gpu3"], &[], 2)
+            ),
+            ids(&["gpu0", "gpu2"])
+        );
+        // Node 0 has one left: two come from node 1.
+        assert_eq!(
+            kubelet_choice(&devices, &nodes, &wanted(&["gpu1", "gpu2", "gpu3"], &[], 2)),
+            ids(&["gpu1", "gpu3"])
+        );
+        // Must-include first, then aligned with it.
+        assert_eq!(
+            kubelet_choice(
+                &devices,
+                &nodes,
+                &wanted(&["gpu0", "gpu1", "gpu2", "gpu3"], &["gpu3"], 2)
+            ),
+            ids(&["gpu1", "gpu3"])
+        );
+        // No topology: lowest ids.
+        let flat = [
+            Device {
+                id: "b".into(),
+                numa_nodes: vec![],
+            },
+            Device {
+                id: "a".into(),
+                numa_nodes: vec![],
+            },
+        ];
+        assert_eq!(
+            kubelet_choice(&flat, &nodes, &wanted(&["a", "b"], &[], 1)),
+            ids(&["a"])
+        );
+    }
+
+    #[test]
+    fn the_pod_admitted_now_is_the_oldest_unfinished_one_asking_that_many() {
+        let old = (
+            gpu_pod("old", 1),
+            PodMeta {
+                created: Some(100),
+                finished: false,
+            },
+        );
+        let done = (
+            gpu_pod("done", 1),
+            PodMeta {
+                created: Some(50),
+                finished: true,
+            },
+        );
+        let two = (
+            gpu_pod("two", 2),
+            PodMeta {
+                created: Some(10),
+                finished: false,
+            },
+        );
+        let new = (
+            gpu_pod("new", 1),
+            PodMeta {
+                created: Some(200),
+                finished: false,
+            },
+        );
+        let pods = vec![new.clone(), done, two, old];
+        assert_eq!(pick_pod(&pods, "example.com/gpu", 1).unwrap().uid, "old");
+        assert_eq!(pick_pod(&pods, "example.com/gpu", 2).unwrap().uid, "two");
+        assert!(pick_pod(&pods, "example.com/gpu", 3).is_none());
+        assert!(pick_pod(&pods, "example.com/nic", 1).is_none());
+        // Unknown creation time goes last.
+        let unknown = (gpu_pod("unknown", 1), PodMeta::default());
+        assert_eq!(
+            pick_pod(&[unknown, new], "example.com/gpu", 1).unwrap().uid,
+            "new"
+        );
+    }
+
+    #[test]
+    fn containers_in_the_kubelets_order_init_first() {
+        let mut gpu_r = guaranteed(1000, GI);
+        gpu_r.limits.extended.insert("example.com/gpu".into(), 1);
+        let mut init = crate::placement::test_pods::gu(
+            "init",
+            crate::placement::ContainerRole::Init,
+            1000,
+            GI,
+        );
+        init.resources = gpu_r.clone();
+        let pod = pod_of(
+            "p",
+            None,
+            vec![
+                app("b", gpu_r.clone()),
+                init,
+                app("plain", guaranteed(1000, GI)),
+                app("a", gpu_r),
+            ],
+        );
+        let names: Vec<&str> = asking(&pod, "example.com/gpu", 1)
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["init", "b", "a"]);
+    }
+
+    #[test]
+    fn a_decision_is_the_answer_only_within_what_the_kubelet_offers() {
+        let decided: BTreeMap<String, BTreeMap<String, Vec<String>>> = [(
+            "app".to_string(),
+            [("example.com/gpu".to_string(), vec!["gpu1".to_string()])].into(),
+        )]
+        .into();
+        assert_eq!(
+            from_decision(&decided, "app", &wanted(&["gpu0", "gpu1"], &[], 1)),
+            Ok(ids(&["gpu1"]))
+        );
+        assert!(matches!(
+            from_decision(&decided, "app", &wanted(&["gpu0"], &[], 1)),
+            Err(Unusable::NotAvailable { .. })
+        ));
+        assert!(matches!(
+            from_decision(&decided, "app", &wanted(&["gpu0", "gpu1"], &[], 2)),
+            Err(Unusable::Size { .. })
+        ));
+        assert!(matches!(
+            from_decision(&decided, "other", &wanted(&["gpu0", "gpu1"], &[], 1)),
+            Err(Unusable::None { .. })
+        ));
+        assert!(matches!(
+            from_decision(&decided, "app", &wanted(&["gpu0", "gpu1"], &["gpu0"], 1)),
+            Err(Unusable::MissingMust { .. })
+        ));
+    }
+}

@@ -623,6 +623,7 @@ fn core_pod(
             name: Some(def.name.clone()),
             namespace: Some("default".into()),
             uid: Some(def.uid.clone()),
+            creation_timestamp: None,
         }),
         spec: Some(core_v1::PodSpec {
             containers,

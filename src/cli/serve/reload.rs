@@ -74,6 +74,10 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         ("driftPeriod", old.drift_period != new.drift_period),
         ("crioConfig", old.crio_config != new.crio_config),
         (
+            "devicePluginFront",
+            old.device_plugin_front != new.device_plugin_front,
+        ),
+        (
             "kubeletConfig/kubeletConfigDir",
             old.kubelet_running != new.kubelet_running,
         ),
