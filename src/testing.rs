@@ -4,6 +4,7 @@
 //! (Pods API and PodResources), relays and lifecycles started in a task, a fake device source.
 //! Tests, benches and the real-peer harnesses use these rather than keeping copies.
 
+pub mod deviceplugin;
 pub mod devices;
 pub mod e2e;
 pub mod podresources;

@@ -129,6 +129,10 @@ pub async fn serve_resource(
         // Registered with this kubelet (the inode of its kubelet.sock), or not yet.
         let mut registered_with: Option<u64> = None;
         loop {
+            if inode(&socket) != Some(ours) {
+                info!(resource = %name, socket = %socket.display(), "numa-shim's endpoint socket was removed (kubelet restarted): serving and registering it again");
+                break;
+            }
             if let KubeletSide::Classic { .. } = &side {
                 let now = inode(&kubelet_sock);
                 if now.is_some() && now != registered_with {
@@ -147,18 +151,21 @@ pub async fn serve_resource(
                     }
                 }
             }
-            let gone = inode(&socket) != Some(ours);
-            if gone {
-                info!(resource = %name, socket = %socket.display(), "numa-shim's endpoint socket was removed (kubelet restarted): serving and registering it again");
-                break;
-            }
             tokio::select! {
                 () = tokio::time::sleep(POLL) => {}
                 _ = stop.changed() => break,
             }
         }
+        // Streams the kubelet keeps open would hold a graceful stop for ever: a short grace, then
+        // the endpoint is dropped (the kubelet reconnects to the new one).
         let _ = end_tx.send(true);
-        let _ = server.await;
+        let mut server = server;
+        if tokio::time::timeout(Duration::from_secs(1), &mut server)
+            .await
+            .is_err()
+        {
+            server.abort();
+        }
         crate::listen::remove_if_same(&socket, ours);
     }
     resource

@@ -56,7 +56,7 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         (Some(a), Some(b)) => f(a) != f(b),
         _ => false,
     };
-    let restart: [(&'static str, bool); 17] = [
+    let restart: [(&'static str, bool); 18] = [
         ("listen", old.listen != new.listen),
         ("runtime", old.runtime != new.runtime),
         ("socketMode", old.socket.mode != new.socket.mode),
