@@ -297,6 +297,13 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
                 if let Some(k) = &kubelet {
                     chooser = chooser.with_kubelet(k.clone());
                 }
+                match &settings.spec_source {
+                    lifecycle::SpecSource::PodsApi(socket)
+                    | lifecycle::SpecSource::Auto {
+                        pods_api: socket, ..
+                    } => chooser = chooser.with_pods_api(socket.clone()),
+                    _ => {}
+                }
                 crate::deviceplugin::start(
                     front.clone(),
                     chooser,

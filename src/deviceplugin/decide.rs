@@ -46,6 +46,9 @@ pub struct Chooser {
     /// The kubelet's PodResources: pods it already gave devices of the resource are not the one
     /// being admitted (a pod numa-shim refused at RunPodSandbox keeps them and stays pending).
     kubelet: Option<Arc<crate::podresources::KubeletSource>>,
+    /// The kubelet's Pods API socket: its `ListPods` has the pod being admitted, which the
+    /// watch stream delivers only after admission.
+    pods_api: Option<std::path::PathBuf>,
     memo: Mutex<HashMap<String, Memo>>,
     pod_wait: Duration,
 }
@@ -56,6 +59,7 @@ impl Chooser {
         Self {
             placer,
             kubelet: None,
+            pods_api: None,
             memo: Mutex::new(HashMap::new()),
             pod_wait: POD_WAIT,
         }
@@ -64,6 +68,12 @@ impl Chooser {
     /// Reads which pods already hold devices from the kubelet's PodResources.
     pub fn with_kubelet(mut self, kubelet: Arc<crate::podresources::KubeletSource>) -> Self {
         self.kubelet = Some(kubelet);
+        self
+    }
+
+    /// Lists the kubelet's pods through its Pods API socket as well.
+    pub fn with_pods_api(mut self, socket: std::path::PathBuf) -> Self {
+        self.pods_api = Some(socket);
         self
     }
 
@@ -171,6 +181,24 @@ impl Chooser {
         };
         loop {
             let mut pods = candidates(placer);
+            if let Some(socket) = &self.pods_api {
+                match crate::knowledge::pods_api::list_pods(socket, Duration::from_secs(1)).await {
+                    Ok(listed) => {
+                        let registry = placer.registry();
+                        for (spec, meta) in listed {
+                            let admitted = registry.pods().get(&spec.uid).is_some_and(|r| r.active);
+                            if admitted {
+                                continue;
+                            }
+                            pods.retain(|(p, _)| p.uid != spec.uid);
+                            pods.push((spec, meta));
+                        }
+                    }
+                    Err(status) => {
+                        tracing::debug!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api ListPods did not answer; pods from the watched sources only")
+                    }
+                }
+            }
             pods.retain(|(p, _)| {
                 recent.contains(&p.uid) || !holders.contains(&(p.namespace.clone(), p.name.clone()))
             });

@@ -154,6 +154,29 @@ pub async fn watch(socket: PathBuf, cache: Arc<PodCache>) {
     }
 }
 
+/// The kubelet's pods as its pod manager holds them now (`ListPods`), with their meta: also
+/// the pod it is admitting, which the watch stream delivers only once its status is set
+/// (after admission). Pods that do not decode are left out (logged).
+pub async fn list_pods(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<Vec<(PodSpec, super::PodMeta)>, tonic::Status> {
+    let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(MAX_PODS_LIST);
+    let call = client.list_pods(crate::proto::podsapi::v1alpha1::ListPodsRequest {});
+    let response = tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| tonic::Status::deadline_exceeded(format!("ListPods took over {timeout:?}")))??
+        .into_inner();
+    let mut out = Vec::with_capacity(response.pods.len());
+    for bytes in &response.pods {
+        match decode_pod(bytes) {
+            Ok(spec) => out.push((spec, pod_meta(bytes))),
+            Err(err) => debug!(error = %err, "pod from the pods api's ListPods ignored"),
+        }
+    }
+    Ok(out)
+}
+
 async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status> {
     let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(MAX_PODS_LIST);
     let mut stream = client.watch_pods(WatchPodsRequest {}).await?.into_inner();
