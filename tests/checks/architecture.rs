@@ -24,6 +24,7 @@ const LAYERS: &[&str] = &[
     "lifecycle",
     "podresources",
     "inspect",
+    "deviceplugin",
     "scenario",
     "config",
     "cli",
