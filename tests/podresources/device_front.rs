@@ -104,7 +104,7 @@ async fn the_front_hands_the_kubelet_numa_shims_device_and_forwards_the_rest() {
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].resource_name, GPU);
     assert_eq!(seen[0].version, "v1beta1");
-    let options = seen[0].options.clone().unwrap();
+    let options = seen[0].options.unwrap();
     assert!(options.get_preferred_allocation_available);
     assert!(!options.pre_start_required);
     let endpoint = seen[0].endpoint.clone();
