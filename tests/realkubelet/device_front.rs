@@ -205,7 +205,36 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
         "{}",
         tail(&log, 30)
     );
-    drop(plugin);
-    drop(rig);
+    if front {
+        // The kubelet restarts: it finds numa-shim's endpoint in its plugin watcher directory
+        // again; pod B keeps gpu1 and CPU 1.
+        let mut rig = rig;
+        rig.kubelet.restart();
+        wait_kubelet_gpus(&rig.kubelet, 2, &plugin).await;
+        rig.kubelet.wait_running(&["a", "b"], &[]).await;
+        let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
+        let app = &ours["pod_resources"]["containers"][0];
+        assert_eq!(devices(app)[0].1, ["gpu1"], "{ours}");
+        assert_eq!(cpu_ids(&app["cpu_ids"]), [1], "{ours}");
+        // The plugin dies: numa-shim reports its devices Unhealthy, the kubelet lists none.
+        let mut plugin = plugin;
+        plugin.kill9();
+        wait_kubelet_gpus(&rig.kubelet, 0, &plugin).await;
+        assert!(
+            rig.shim
+                .log_text()
+                .lines()
+                .any(|l| l.contains("device plugin gone from numa-shim's front")),
+            "{}",
+            tail(&rig.shim.log_text(), 20)
+        );
+        let seen = kernel(&env, &rig.kubelet).await;
+        assert_eq!(seen["b"]["app"].cpus, "1", "pod B keeps its CPU: {seen:?}");
+        drop(plugin);
+        drop(rig);
+    } else {
+        drop(plugin);
+        drop(rig);
+    }
     eprintln!("device front test: {:?}", started.elapsed());
 }
