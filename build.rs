@@ -1,4 +1,5 @@
-//! Compiles the CRI v1, PodResources v1 and kubelet Pods API protos with protox (no system `protoc`) and generates
+//! Compiles the CRI v1, PodResources v1, kubelet Pods API, device plugin v1beta1 and plugin
+//! registration protos with protox (no system `protoc`) and generates
 //! prost messages plus tonic clients and servers for each.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -7,6 +8,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/podresources/api.proto",
         "proto/podsapi/api.proto",
         "proto/podsapi/core_v1.proto",
+        "proto/deviceplugin/api.proto",
+        "proto/pluginregistration/api.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");

@@ -85,9 +85,29 @@ pub struct Config {
     /// CRI-O's configuration file (its drop-ins in `<file>.d` are read too) or drop-in
     /// directory, checked for settings that fight numa-shim over cpusets (`crate::crio`).
     pub crio_config: Option<PathBuf>,
+    /// The device plugin front (docs/devices.md, "The device plugin front"): device plugins
+    /// register with numa-shim, which registers each resource with the kubelet and chooses the
+    /// devices the kubelet gives a pod. Off when absent.
+    pub device_plugin_front: Option<DevicePluginFront>,
     /// The kubelet's resource-manager fields.
     #[serde(flatten)]
     pub kubelet: KubeletConfiguration,
+}
+
+/// `devicePluginFront`: where plugins register with numa-shim and how numa-shim registers with
+/// the kubelet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DevicePluginFront {
+    /// The directory device plugins are pointed at (`kubelet.sock` there; default
+    /// /var/lib/numa-shim/device-plugins).
+    pub dir: Option<PathBuf>,
+    /// The kubelet's device plugin directory numa-shim registers in (default
+    /// /var/lib/kubelet/device-plugins).
+    pub kubelet_dir: Option<PathBuf>,
+    /// Register through the kubelet's plugin watcher in this directory (its
+    /// `<root-dir>/plugins_registry`) instead of `kubeletDir`.
+    pub plugins_registry: Option<PathBuf>,
 }
 
 /// Where pod specs come from.
@@ -131,6 +151,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "kubeletConfig",
     "kubeletConfigDir",
     "crioConfig",
+    "devicePluginFront",
     "apiVersion",
     "kind",
     "featureGates",

@@ -69,9 +69,59 @@ pub struct PodCache {
     socket: Option<PathBuf>,
 }
 
+/// What a source says of a pod beyond its spec, for finding the pod the kubelet admits now
+/// (the device plugin front: the kubelet admits pods oldest first).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    /// `metadata.creationTimestamp`, seconds since the epoch; `None`: not given.
+    pub created: Option<i64>,
+    /// `status.phase` is `Succeeded` or `Failed` (a refused pod is `Failed`).
+    pub finished: bool,
+}
+
+impl PodMeta {
+    /// From a `creationTimestamp` (RFC 3339, `2026-12-06T03:54:38Z`) and a phase.
+    pub fn from_api(created: Option<&str>, phase: Option<&str>) -> Self {
+        Self {
+            created: created.and_then(rfc3339_seconds),
+            finished: matches!(phase, Some("Succeeded" | "Failed")),
+        }
+    }
+}
+
+/// Seconds since the epoch of an RFC 3339 time in UTC as the API server writes it
+/// (`YYYY-MM-DDTHH:MM:SSZ`, fractions ignored); `None` for anything else.
+pub fn rfc3339_seconds(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> { text.get(r)?.parse().ok() };
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from the civil date (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
 #[derive(Debug, Default)]
 struct Entries {
-    pods: HashMap<String, (PodSpec, u64)>,
+    pods: HashMap<String, (PodSpec, u64, PodMeta)>,
     /// Bumped when a watch stream starts over; entries older than the last full sync go.
     generation: u64,
 }
@@ -94,9 +144,16 @@ impl PodCache {
     }
 
     pub fn insert(&self, spec: PodSpec) {
+        self.insert_with(spec, PodMeta::default());
+    }
+
+    /// Inserts a pod with what its source says of its age and phase.
+    pub fn insert_with(&self, spec: PodSpec, meta: PodMeta) {
         let mut entries = self.lock();
         let generation = entries.generation;
-        entries.pods.insert(spec.uid.clone(), (spec, generation));
+        entries
+            .pods
+            .insert(spec.uid.clone(), (spec, generation, meta));
         drop(entries);
         self.changed.notify_waiters();
     }
@@ -106,7 +163,16 @@ impl PodCache {
     }
 
     pub fn get(&self, uid: &str) -> Option<PodSpec> {
-        self.lock().pods.get(uid).map(|(spec, _)| spec.clone())
+        self.lock().pods.get(uid).map(|(spec, _, _)| spec.clone())
+    }
+
+    /// Every pod known, with its meta.
+    pub fn list(&self) -> Vec<(PodSpec, PodMeta)> {
+        self.lock()
+            .pods
+            .values()
+            .map(|(spec, _, meta)| (spec.clone(), *meta))
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -128,7 +194,7 @@ impl PodCache {
         let mut entries = self.lock();
         let generation = entries.generation;
         let before = entries.pods.len();
-        entries.pods.retain(|_, (_, g)| *g == generation);
+        entries.pods.retain(|_, (_, g, _)| *g == generation);
         before - entries.pods.len()
     }
 
@@ -216,6 +282,23 @@ impl Knowledge {
         sources
             .iter()
             .find_map(|s| s.cache.get(uid).map(|spec| (spec, s.origin)))
+    }
+
+    /// Every pod the watched sources know, each once (the best source's), with its meta.
+    pub fn all_pods(&self) -> Vec<(PodSpec, PodMeta)> {
+        let Self::Watched(sources) = self else {
+            return Vec::new();
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for source in sources {
+            for (spec, meta) in source.cache.list() {
+                if seen.insert(spec.uid.clone()) {
+                    out.push((spec, meta));
+                }
+            }
+        }
+        out
     }
 
     /// The watched sources and whether each is live (for logs and metrics).

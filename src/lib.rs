@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod cpuset;
 pub mod crio;
+pub mod deviceplugin;
 pub mod files;
 pub mod inspect;
 pub mod k8s;

@@ -57,3 +57,33 @@ pub mod podsapi {
         tonic::include_proto!("k8s.io.api.core.v1");
     }
 }
+
+/// Kubelet device plugin API (`v1beta1`): the Registration and DevicePlugin services.
+pub mod deviceplugin {
+    /// Device plugin messages, `registration_client`/`_server`, `device_plugin_client`/`_server`.
+    #[allow(
+        missing_docs,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        rust_2018_idioms
+    )]
+    pub mod v1beta1 {
+        tonic::include_proto!("v1beta1");
+    }
+}
+
+/// Kubelet plugin watcher registration (`pluginregistration`).
+pub mod pluginregistration {
+    /// `registration_client`/`_server` of the plugin watcher.
+    #[allow(
+        missing_docs,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        rust_2018_idioms
+    )]
+    pub mod v1 {
+        tonic::include_proto!("pluginregistration");
+    }
+}

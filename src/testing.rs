@@ -10,6 +10,7 @@
 
 pub mod control_plane;
 pub mod cri_client;
+pub mod deviceplugin;
 pub mod devices;
 pub mod e2e;
 pub mod kubelet_pods;

@@ -26,7 +26,7 @@ var numaShimKeys = []string{
 	"logLevel", "stateDir", "topology", "podKnowledge", "podsApiSocket", "kubeconfig", "nodeName",
 	"refusalReports", "draClaims", "draNumaAttributes",
 	"podResourcesSocket", "kubeletPodResourcesSocket", "podResourcesQps", "podResourcesBurst",
-	"metricsAddress", "driftPeriod", "kubeletConfig", "kubeletConfigDir", "crioConfig",
+	"metricsAddress", "driftPeriod", "kubeletConfig", "kubeletConfigDir", "crioConfig", "devicePluginFront",
 }
 
 func check(path string, fragment bool) error {

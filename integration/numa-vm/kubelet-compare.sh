@@ -97,7 +97,15 @@ run_case() {
             'topologyManagerPolicy: none' >"$d/10-numa-shim.conf"
         local kargs=(--version "$version" --config "$cdir/kubelet.yaml" --drop-in "$d/10-numa-shim.conf" --runtime "unix://$sock")
         it_kubelet_config "$name" "${kargs[@]}"
-        "$bin" serve --listen "unix://$sock" --runtime "unix://$IT_SOCK" --state-dir "$d/state" \
+        # A case with a device plugin: the plugin registers with numa-shim's device plugin front,
+        # which registers the resource with the kubelet through its plugin watcher and chooses
+        # the devices the kubelet gives (docs/devices.md, "The device plugin front").
+        local front=()
+        if [[ -f $cdir/plugin.json ]]; then
+            front=(--device-plugin-front "$d/device-plugins"
+                --device-plugin-registry "$(it_kubelet_fact "$name" root)/plugins_registry")
+        fi
+        "$bin" serve --listen "unix://$sock" --runtime "unix://$IT_SOCK" --state-dir "$d/state" "${front[@]}" \
             --kubelet-config "$(it_kubelet_fact "$name" config)" --kubelet-config-dir "$(it_kubelet_fact "$name" config_dir)" \
             --pods-api-socket "$(it_kubelet_fact "$name" pods_api)" \
             --kubelet-pod-resources-socket "$(it_kubelet_fact "$name" pod_resources)" \
@@ -114,7 +122,9 @@ run_case() {
     manifests=$(it_kubelet_fact "$name" manifests)
     echo "kubelet ($mode) healthy after $((SECONDS - t0))s"
     if [[ -f $cdir/plugin.json ]]; then
-        "$IT_BIN/device-plugin" -config "$cdir/plugin.json" -plugins-registry "$kroot/plugins_registry" \
+        local registration=(-plugins-registry "$kroot/plugins_registry")
+        [[ $mode == numa-shim ]] && registration=(-device-plugin-dir "$d/device-plugins")
+        "$IT_BIN/device-plugin" -config "$cdir/plugin.json" "${registration[@]}" \
             >"$IT_LOGS/device-plugin-$name.log" 2>&1 &
         echo $! >"$IT_RUN/pids/device-plugin-$name"
         wait_devices "$(it_kubelet_fact "$name" pod_resources)" \

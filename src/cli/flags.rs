@@ -28,6 +28,18 @@ pub struct FileFlags {
     /// also checks CRI-O's Status answer].
     #[arg(long)]
     pub crio_config: Option<PathBuf>,
+    /// Turn the device plugin front on with plugins registering in this directory
+    /// (`devicePluginFront.dir`; docs/devices.md, "The device plugin front").
+    #[arg(long)]
+    pub device_plugin_front: Option<PathBuf>,
+    /// The kubelet's device plugin directory the front registers in
+    /// (`devicePluginFront.kubeletDir`) [default: /var/lib/kubelet/device-plugins].
+    #[arg(long)]
+    pub device_plugin_kubelet_dir: Option<PathBuf>,
+    /// Register the front's resources through the kubelet's plugin watcher in this directory
+    /// (`devicePluginFront.pluginsRegistry`, the kubelet's <root-dir>/plugins_registry).
+    #[arg(long)]
+    pub device_plugin_registry: Option<PathBuf>,
 }
 
 impl FileFlags {
@@ -39,6 +51,21 @@ impl FileFlags {
         }
     }
 
+    /// `devicePluginFront` as the flags give it (`None`: no front flag given).
+    fn device_plugin_front_config(&self) -> Option<crate::config::DevicePluginFront> {
+        if self.device_plugin_front.is_none()
+            && self.device_plugin_kubelet_dir.is_none()
+            && self.device_plugin_registry.is_none()
+        {
+            return None;
+        }
+        Some(crate::config::DevicePluginFront {
+            dir: self.device_plugin_front.clone(),
+            kubelet_dir: self.device_plugin_kubelet_dir.clone(),
+            plugins_registry: self.device_plugin_registry.clone(),
+        })
+    }
+
     /// The keys these flags stand for, set where a flag was given.
     pub fn as_config(&self) -> Config {
         Config {
@@ -46,6 +73,7 @@ impl FileFlags {
             kubelet_config_dir: self.kubelet_config_dir.clone(),
             topology: self.topology.clone(),
             crio_config: self.crio_config.clone(),
+            device_plugin_front: self.device_plugin_front_config(),
             ..Config::default()
         }
     }

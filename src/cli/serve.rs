@@ -170,6 +170,8 @@ pub struct Settings {
     pub pod_resources: Option<podresources::Options>,
     /// CRI-O's configuration to check at start (`crate::crio`); `None`: its Status answer only.
     pub crio_config: Option<PathBuf>,
+    /// The device plugin front; `None` when off.
+    pub device_plugin_front: Option<crate::deviceplugin::FrontOptions>,
 }
 
 /// Runs the command.
@@ -222,12 +224,19 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
     let mut options = placement_options(&settings)?;
     let slot: Arc<OnceLock<Arc<Placer>>> = Arc::new(OnceLock::new());
     // `/placement` shows the kubelet's devices from the socket PodResources merges them from.
+    // The device plugin front's true device topology, put back on the kubelet's PodResources
+    // answers wherever they are read (docs/devices.md, "The device plugin front").
+    let fronted = settings
+        .device_plugin_front
+        .as_ref()
+        .map(|_| Arc::new(crate::lifecycle::devices::FrontedTopology::default()));
     let kubelet = settings.pod_resources.as_ref().and_then(|o| {
         let path = o.kubelet_socket.as_ref()?;
-        Some(Arc::new(podresources::KubeletSource::new(
-            path,
-            o.kubelet_timeout,
-        )))
+        let source = podresources::KubeletSource::new(path, o.kubelet_timeout);
+        Some(Arc::new(match &fronted {
+            Some(t) => source.with_fronted(t.clone()),
+            None => source,
+        }))
     });
     // Decisions take the kubelet's devices from the same socket (docs/devices.md).
     if let (Some(options), Some(kubelet)) = (options.as_mut(), &kubelet) {
@@ -275,7 +284,34 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
                 reserved,
             ));
             if let Some(options) = &settings.pod_resources {
-                start_pod_resources(options, started.placer.clone(), stop_rx.clone()).await?;
+                start_pod_resources(
+                    options,
+                    started.placer.clone(),
+                    fronted.clone(),
+                    stop_rx.clone(),
+                )
+                .await?;
+            }
+            if let (Some(front), Some(topology)) = (&settings.device_plugin_front, &fronted) {
+                let mut chooser = crate::deviceplugin::Chooser::new(Some(started.placer.clone()));
+                if let Some(k) = &kubelet {
+                    chooser = chooser.with_kubelet(k.clone());
+                }
+                match &settings.spec_source {
+                    lifecycle::SpecSource::PodsApi(socket)
+                    | lifecycle::SpecSource::Auto {
+                        pods_api: socket, ..
+                    } => chooser = chooser.with_pods_api(socket.clone()),
+                    _ => {}
+                }
+                crate::deviceplugin::start(
+                    front.clone(),
+                    chooser,
+                    topology.clone(),
+                    stop_rx.clone(),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
             }
             run_relay(
                 builder.hook(relay::LifecycleHook::new(started.placer.clone())),
@@ -287,6 +323,17 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
         }
         None => {
             info!("cpuManagerPolicy and memoryManagerPolicy are none: relaying without placement");
+            if let (Some(front), Some(topology)) = (&settings.device_plugin_front, &fronted) {
+                warn!("devicePluginFront without placement: the front answers the kubelet's own device choice");
+                crate::deviceplugin::start(
+                    front.clone(),
+                    crate::deviceplugin::Chooser::new(None),
+                    topology.clone(),
+                    stop_rx.clone(),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            }
             run_relay(builder, &readiness, stop_rx).await?;
         }
     }
@@ -314,6 +361,7 @@ async fn run_relay<H: Hook>(
 async fn start_pod_resources(
     options: &podresources::Options,
     placer: Arc<lifecycle::Placer>,
+    fronted: Option<Arc<crate::lifecycle::devices::FrontedTopology>>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), super::CliError> {
     let socket = SocketOptions {
@@ -322,7 +370,10 @@ async fn start_pod_resources(
     };
     let bound = crate::listen::bind(&options.socket, socket).await?;
     let (inode, path) = (bound.inode(), bound.path.clone());
-    let service = podresources::PodResourcesService::new(placer, options);
+    let mut service = podresources::PodResourcesService::new(placer, options);
+    if let Some(t) = fronted {
+        service = service.with_fronted(t);
+    }
     tokio::spawn(async move {
         if let Err(e) = podresources::serve(bound.listener, service, stopped(stop)).await {
             warn!(error = %e, "pod-resources server stopped");
@@ -452,6 +503,29 @@ pub fn settings(file: &Config, root: &std::path::Path) -> Result<Settings, super
         kubelet_running: config::kubelet_running(file, None, None)?,
         pod_resources,
         crio_config: file.crio_config.clone(),
+        device_plugin_front: device_plugin_front(file),
+    })
+}
+
+/// The device plugin front's directories, defaults filled in (`None`: off).
+fn device_plugin_front(file: &Config) -> Option<crate::deviceplugin::FrontOptions> {
+    use crate::deviceplugin::{FrontOptions, KubeletSide, DEFAULT_DIR, DEFAULT_KUBELET_DIR};
+    let front = file.device_plugin_front.as_ref()?;
+    let kubelet = match &front.plugins_registry {
+        Some(dir) => KubeletSide::PluginWatcher { dir: dir.clone() },
+        None => KubeletSide::Classic {
+            dir: front
+                .kubelet_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_KUBELET_DIR)),
+        },
+    };
+    Some(FrontOptions {
+        dir: front
+            .dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR)),
+        kubelet,
     })
 }
 

@@ -41,6 +41,13 @@ impl Config {
         set(&mut self.kubelet_config, &flags.kubelet_config);
         set(&mut self.kubelet_config_dir, &flags.kubelet_config_dir);
         set(&mut self.crio_config, &flags.crio_config);
+        if let Some(front) = &flags.device_plugin_front {
+            let mut merged = self.device_plugin_front.take().unwrap_or_default();
+            set(&mut merged.dir, &front.dir);
+            set(&mut merged.kubelet_dir, &front.kubelet_dir);
+            set(&mut merged.plugins_registry, &front.plugins_registry);
+            self.device_plugin_front = Some(merged);
+        }
         if flags.log_format.is_some() {
             self.log_format = flags.log_format;
             if let Some(logging) = self.logging.as_mut() {
@@ -60,6 +67,38 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_plugin_front_flags_replace_their_keys_and_turn_it_on() {
+        let file = Config {
+            device_plugin_front: Some(super::super::DevicePluginFront {
+                dir: Some("/file/dp".into()),
+                kubelet_dir: Some("/file/kubelet".into()),
+                plugins_registry: None,
+            }),
+            ..Config::default()
+        };
+        let flags = Config {
+            device_plugin_front: Some(super::super::DevicePluginFront {
+                dir: Some("/flag/dp".into()),
+                ..Default::default()
+            }),
+            ..Config::default()
+        };
+        let merged = file.with_flags(&flags);
+        let front = merged.device_plugin_front.unwrap();
+        assert_eq!(front.dir.as_deref(), Some(std::path::Path::new("/flag/dp")));
+        assert_eq!(
+            front.kubelet_dir.as_deref(),
+            Some(std::path::Path::new("/file/kubelet"))
+        );
+        let on = Config::default().with_flags(&flags);
+        assert!(on.device_plugin_front.is_some());
+        assert!(Config::default()
+            .with_flags(&Config::default())
+            .device_plugin_front
+            .is_none());
+    }
 
     #[test]
     fn a_flag_replaces_its_key_and_unset_flags_keep_the_file() {

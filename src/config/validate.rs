@@ -112,6 +112,44 @@ impl Config {
                 }
             }),
         );
+        if let Some(front) = &self.device_plugin_front {
+            check("devicePluginFront.dir", opt(front.dir.as_deref(), absolute));
+            check(
+                "devicePluginFront.kubeletDir",
+                opt(front.kubelet_dir.as_deref(), absolute),
+            );
+            check(
+                "devicePluginFront.pluginsRegistry",
+                opt(front.plugins_registry.as_deref(), absolute),
+            );
+            let dir = front
+                .dir
+                .as_deref()
+                .unwrap_or(Path::new(crate::deviceplugin::DEFAULT_DIR));
+            let kubelet = front
+                .kubelet_dir
+                .as_deref()
+                .unwrap_or(Path::new(crate::deviceplugin::DEFAULT_KUBELET_DIR));
+            check(
+                "devicePluginFront.dir",
+                (dir != kubelet && Some(dir) != front.plugins_registry.as_deref())
+                    .then_some(())
+                    .ok_or_else(|| {
+                        "is the kubelet's directory: plugins must register with numa-shim, \
+                         not with the kubelet"
+                            .to_string()
+                    }),
+            );
+            check(
+                "devicePluginFront.pluginsRegistry",
+                (front.plugins_registry.is_none() || front.kubelet_dir.is_none())
+                    .then_some(())
+                    .ok_or_else(|| {
+                        "and kubeletDir are two ways to register with the kubelet: give one"
+                            .to_string()
+                    }),
+            );
+        }
         check(
             "apiVersion",
             opt(self.kubelet.api_version.as_deref(), |v| {
@@ -144,6 +182,25 @@ impl Config {
                      /metrics counts them, without authentication, to anyone who can reach it"
                 ),
             });
+        }
+        if self.device_plugin_front.is_some() {
+            warnings.push(FieldError {
+                field: "devicePluginFront",
+                reason: "on: the kubelet sees fronted resources' devices without topology, so \
+                         its topologyManagerPolicy no longer aligns them; numa-shim's decision \
+                         (CPUs, memory and devices merged) chooses them. Point the device \
+                         plugins at devicePluginFront.dir; a plugin that hard-codes the \
+                         kubelet's socket path bypasses the front"
+                    .to_string(),
+            });
+            if self.pod_knowledge == Some(super::PodKnowledge::Cri) {
+                warnings.push(FieldError {
+                    field: "devicePluginFront",
+                    reason: "with podKnowledge: cri numa-shim cannot tell which pod the kubelet \
+                             allocates devices for: the front answers the kubelet's own choice"
+                        .to_string(),
+                });
+            }
         }
         warnings
     }

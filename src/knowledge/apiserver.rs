@@ -470,7 +470,7 @@ impl Watcher {
         match to_pod_spec(object) {
             Ok(spec) => {
                 let uid = spec.uid.clone();
-                self.cache.insert(spec);
+                self.cache.insert_with(spec, pod_meta(object));
                 Some(uid)
             }
             Err(reason) => {
@@ -486,6 +486,31 @@ pub fn to_pod_spec(object: &RawValue) -> Result<PodSpec, String> {
     let pod: Pod = serde_json::from_str(object.get()).map_err(|e| e.to_string())?;
     pod.to_pod_spec()
         .map_err(|e| format!("pod {}: {e}", pod.key()))
+}
+
+/// The pod's creation time and phase (what the device plugin front orders pods by).
+fn pod_meta(object: &RawValue) -> super::PodMeta {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Meta {
+        metadata: MetaFields,
+        status: StatusFields,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default, rename_all = "camelCase")]
+    struct MetaFields {
+        creation_timestamp: Option<String>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct StatusFields {
+        phase: Option<String>,
+    }
+    let meta: Meta = serde_json::from_str(object.get()).unwrap_or_default();
+    super::PodMeta::from_api(
+        meta.metadata.creation_timestamp.as_deref(),
+        meta.status.phase.as_deref(),
+    )
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).

@@ -51,6 +51,22 @@ pub fn decode_pod(bytes: &[u8]) -> Result<PodSpec, PodsApiError> {
     manifest.to_pod_spec().map_err(|e| spec_err(e.to_string()))
 }
 
+/// The pod's creation time and whether it finished, from the same bytes.
+pub fn pod_meta(bytes: &[u8]) -> super::PodMeta {
+    let Ok(pod) = core_v1::Pod::decode(bytes) else {
+        return super::PodMeta::default();
+    };
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    super::PodMeta {
+        created: pod
+            .metadata
+            .as_ref()
+            .and_then(|m| m.creation_timestamp.as_ref())
+            .and_then(|t| t.seconds),
+        finished: matches!(phase, Some("Succeeded" | "Failed")),
+    }
+}
+
 /// The pod as the JSON a manifest would hold, so manifests and the Pods API share one parser.
 fn manifest(pod: &core_v1::Pod) -> Value {
     let meta = pod.metadata.clone().unwrap_or_default();
@@ -138,6 +154,29 @@ pub async fn watch(socket: PathBuf, cache: Arc<PodCache>) {
     }
 }
 
+/// The kubelet's pods as its pod manager holds them now (`ListPods`), with their meta: also
+/// the pod it is admitting, which the watch stream delivers only once its status is set
+/// (after admission). Pods that do not decode are left out (logged).
+pub async fn list_pods(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<Vec<(PodSpec, super::PodMeta)>, tonic::Status> {
+    let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(MAX_PODS_LIST);
+    let call = client.list_pods(crate::proto::podsapi::v1alpha1::ListPodsRequest {});
+    let response = tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| tonic::Status::deadline_exceeded(format!("ListPods took over {timeout:?}")))??
+        .into_inner();
+    let mut out = Vec::with_capacity(response.pods.len());
+    for bytes in &response.pods {
+        match decode_pod(bytes) {
+            Ok(spec) => out.push((spec, pod_meta(bytes))),
+            Err(err) => debug!(error = %err, "pod from the pods api's ListPods ignored"),
+        }
+    }
+    Ok(out)
+}
+
 async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status> {
     let mut client = PodsClient::new(unix_channel(socket)).max_decoding_message_size(MAX_PODS_LIST);
     let mut stream = client.watch_pods(WatchPodsRequest {}).await?.into_inner();
@@ -148,7 +187,7 @@ async fn watch_once(socket: &Path, cache: &PodCache) -> Result<(), tonic::Status
     while let Some(event) = stream.message().await? {
         match EventType::try_from(event.r#type).unwrap_or(EventType::Unspecified) {
             EventType::Added | EventType::Modified => match decode_pod(&event.pod) {
-                Ok(spec) => cache.insert(spec),
+                Ok(spec) => cache.insert_with(spec, pod_meta(&event.pod)),
                 Err(err) => warn!(error = %err, "pod from the pods api ignored"),
             },
             EventType::Deleted => {

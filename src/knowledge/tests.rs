@@ -88,3 +88,56 @@ fn origins_have_the_names_logs_metrics_and_inspect_use() {
         "\"apiserver\""
     );
 }
+
+#[test]
+fn creation_times_and_phases_for_the_device_plugin_front() {
+    assert_eq!(rfc3339_seconds("1970-01-01T00:00:00Z"), Some(0));
+    assert_eq!(rfc3339_seconds("2026-12-06T03:54:38Z"), Some(1_796_529_278));
+    assert_eq!(rfc3339_seconds("2000-02-29T12:00:01Z"), Some(951_825_601));
+    assert_eq!(rfc3339_seconds("yesterday"), None);
+    assert_eq!(rfc3339_seconds("2026-13-06T03:54:38Z"), None);
+    let meta = PodMeta::from_api(Some("2026-12-06T03:54:38Z"), Some("Failed"));
+    assert_eq!(meta.created, Some(1_796_529_278));
+    assert!(meta.finished);
+    assert!(!PodMeta::from_api(None, Some("Pending")).finished);
+}
+
+#[test]
+fn every_watched_pod_once_best_source_first() {
+    let pod = |uid: &str, name: &str| PodSpec {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: name.into(),
+        resources: None,
+        init_containers: Vec::new(),
+        containers: Vec::new(),
+    };
+    let best = Arc::new(PodCache::default());
+    let other = Arc::new(PodCache::default());
+    best.insert_with(
+        pod("a", "from-best"),
+        PodMeta {
+            created: Some(5),
+            finished: false,
+        },
+    );
+    other.insert(pod("a", "from-other"));
+    other.insert(pod("b", "only-other"));
+    let knowledge = Knowledge::Watched(vec![
+        Watched {
+            origin: SpecOrigin::PodsApi,
+            cache: best,
+        },
+        Watched {
+            origin: SpecOrigin::ApiServer,
+            cache: other,
+        },
+    ]);
+    let mut all = knowledge.all_pods();
+    all.sort_by(|x, y| x.0.uid.cmp(&y.0.uid));
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].0.name, "from-best");
+    assert_eq!(all[0].1.created, Some(5));
+    assert_eq!(all[1].0.name, "only-other");
+    assert!(Knowledge::CriOnly.all_pods().is_empty());
+}

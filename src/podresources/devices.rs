@@ -94,6 +94,68 @@ pub fn device_facts(
     facts
 }
 
+/// Puts the true NUMA nodes back on fronted devices the kubelet lists without topology (numa-shim's
+/// device plugin front hides them from the kubelet; docs/devices.md, "The device plugin front"):
+/// every `ContainerDevices` of a fronted resource is listed again the kubelet's way, one entry per
+/// device and NUMA node (one entry without topology for a device without nodes). Entries of other
+/// resources, and ids the front does not know, are kept as they are.
+pub(crate) fn overlay_topology(
+    devices: &mut Vec<pr::ContainerDevices>,
+    topology: &crate::lifecycle::devices::FrontedTopology,
+) {
+    if !devices
+        .iter()
+        .any(|d| topology.is_fronted(&d.resource_name))
+    {
+        return;
+    }
+    let mut out = Vec::with_capacity(devices.len());
+    for d in devices.drain(..) {
+        if !topology.is_fronted(&d.resource_name) {
+            out.push(d);
+            continue;
+        }
+        for id in &d.device_ids {
+            match topology.nodes(&d.resource_name, id) {
+                Some(nodes) if !nodes.is_empty() => {
+                    for node in nodes {
+                        out.push(pr::ContainerDevices {
+                            resource_name: d.resource_name.clone(),
+                            device_ids: vec![id.clone()],
+                            topology: Some(pr::TopologyInfo {
+                                nodes: vec![pr::NumaNode {
+                                    id: i64::from(node),
+                                }],
+                            }),
+                        });
+                    }
+                }
+                Some(_) => out.push(pr::ContainerDevices {
+                    resource_name: d.resource_name.clone(),
+                    device_ids: vec![id.clone()],
+                    topology: None,
+                }),
+                None => out.push(pr::ContainerDevices {
+                    resource_name: d.resource_name.clone(),
+                    device_ids: vec![id.clone()],
+                    topology: d.topology.clone(),
+                }),
+            }
+        }
+    }
+    *devices = out;
+}
+
+/// [`overlay_topology`] over every container of a pod.
+pub(crate) fn overlay_pod(
+    pod: &mut pr::PodResources,
+    topology: &crate::lifecycle::devices::FrontedTopology,
+) {
+    for c in &mut pod.containers {
+        overlay_topology(&mut c.devices, topology);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +185,30 @@ mod tests {
             containers,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn fronted_devices_get_their_true_nodes_back_and_others_stay() {
+        let topology = crate::lifecycle::devices::FrontedTopology::default();
+        topology.set(
+            "example.com/gpu",
+            [("gpu0".to_string(), vec![0]), ("gpu1".to_string(), vec![1])].into(),
+        );
+        let mut listed = vec![
+            devs("example.com/gpu", &["gpu1", "gpu0"], &[]),
+            devs("example.com/nic", &["nic0"], &[]),
+        ];
+        overlay_topology(&mut listed, &topology);
+        assert_eq!(
+            listed,
+            vec![
+                devs("example.com/gpu", &["gpu1"], &[1]),
+                devs("example.com/gpu", &["gpu0"], &[0]),
+                devs("example.com/nic", &["nic0"], &[]),
+            ]
+        );
+        let facts = allocatable_devices(&listed);
+        assert_eq!(facts["example.com/gpu"][1].numa_nodes, vec![1]);
     }
 
     #[test]

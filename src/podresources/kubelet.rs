@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
-use super::devices::{allocatable_devices, device_facts};
+use super::devices::{allocatable_devices, device_facts, overlay_pod, overlay_topology};
 use crate::placement::device::DeviceFacts;
 use crate::proto::podresources::v1 as pr;
 use crate::transport::limits::MAX_MESSAGE;
@@ -38,6 +38,9 @@ pub struct KubeletSource {
     /// Healthy allocatable devices per resource as last seen (`None`: never seen), so that a
     /// change — a device plugin gone, its devices unhealthy — is logged once when seen.
     inventory: Mutex<Option<BTreeMap<String, usize>>>,
+    /// The true NUMA nodes of devices numa-shim's device plugin front hides from the kubelet,
+    /// put back on every answer read here (`None`: no front).
+    fronted: Option<std::sync::Arc<crate::lifecycle::devices::FrontedTopology>>,
 }
 
 impl KubeletSource {
@@ -52,6 +55,30 @@ impl KubeletSource {
             warned: Mutex::new(None),
             facts_warned: Mutex::new(None),
             inventory: Mutex::new(None),
+            fronted: None,
+        }
+    }
+
+    /// Puts the front's true device topology back on the kubelet's answers.
+    pub fn with_fronted(
+        mut self,
+        fronted: std::sync::Arc<crate::lifecycle::devices::FrontedTopology>,
+    ) -> Self {
+        self.fronted = Some(fronted);
+        self
+    }
+
+    fn overlay_list(&self, list: &mut pr::ListPodResourcesResponse) {
+        if let Some(t) = &self.fronted {
+            for pod in &mut list.pod_resources {
+                overlay_pod(pod, t);
+            }
+        }
+    }
+
+    fn overlay_allocatable(&self, a: &mut pr::AllocatableResourcesResponse) {
+        if let Some(t) = &self.fronted {
+            overlay_topology(&mut a.devices, t);
         }
     }
 
@@ -59,7 +86,11 @@ impl KubeletSource {
     pub async fn list(&self) -> Option<pr::ListPodResourcesResponse> {
         let mut client = self.client.clone();
         let call = client.list(pr::ListPodResourcesRequest {});
-        self.outcome("List", tokio::time::timeout(self.timeout, call).await)
+        let mut list = self.outcome("List", tokio::time::timeout(self.timeout, call).await);
+        if let Some(l) = list.as_mut() {
+            self.overlay_list(l);
+        }
+        list
     }
 
     /// The kubelet's `Get` for one pod, or `None` (unknown there, or no answer).
@@ -77,18 +108,26 @@ impl KubeletSource {
                 return None;
             }
         }
-        self.outcome("Get", result)
-            .and_then(|r: pr::GetPodResourcesResponse| r.pod_resources)
+        let mut pod = self
+            .outcome("Get", result)
+            .and_then(|r: pr::GetPodResourcesResponse| r.pod_resources);
+        if let (Some(p), Some(t)) = (pod.as_mut(), &self.fronted) {
+            overlay_pod(p, t);
+        }
+        pod
     }
 
     /// The kubelet's `GetAllocatableResources`, or `None`.
     pub async fn allocatable(&self) -> Option<pr::AllocatableResourcesResponse> {
         let mut client = self.client.clone();
         let call = client.get_allocatable_resources(pr::AllocatableResourcesRequest {});
-        let answer = self.outcome(
+        let mut answer = self.outcome(
             "GetAllocatableResources",
             tokio::time::timeout(self.timeout, call).await,
         );
+        if let Some(a) = answer.as_mut() {
+            self.overlay_allocatable(a);
+        }
         if let Some(a) = &answer {
             self.seen_inventory(&a.devices);
         }
@@ -139,7 +178,9 @@ impl KubeletSource {
             .and_then(|a| Ok((a, self.answer("List", list)?)));
         let mut warned = self.facts_warned.lock().unwrap_or_else(|e| e.into_inner());
         match answers {
-            Ok((allocatable, list)) => {
+            Ok((mut allocatable, mut list)) => {
+                self.overlay_allocatable(&mut allocatable);
+                self.overlay_list(&mut list);
                 self.seen_inventory(&allocatable.devices);
                 if warned.take().is_some() {
                     info!(socket = %self.path.display(), "kubelet pod-resources answering again; device facts back in decisions");

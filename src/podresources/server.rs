@@ -98,6 +98,16 @@ impl<S: RegistrySource> PodResourcesService<S> {
         }
     }
 
+    /// Devices numa-shim's device plugin front hides from the kubelet are shown with their true
+    /// NUMA nodes (docs/devices.md, "The device plugin front").
+    pub fn with_fronted(
+        mut self,
+        fronted: std::sync::Arc<crate::lifecycle::devices::FrontedTopology>,
+    ) -> Self {
+        self.kubelet = self.kubelet.map(|k| k.with_fronted(fronted));
+        self
+    }
+
     /// numa-shim's part of the `List` answer as a framed gRPC message: the published bytes
     /// while the registry epoch is unchanged, else rebuilt (only pods that changed are copied
     /// under the registry lock and encoded again).

@@ -648,6 +648,18 @@ pub struct DevicePlugin {
 impl DevicePlugin {
     /// Starts the plugin with `config` (its JSON: resource and devices) for `kubelet`.
     pub fn start(env: &Env, kubelet: &Kubelet, name: &str, config: &str) -> Self {
+        let registry = kubelet.path("root").join("plugins_registry");
+        Self::start_with(
+            env,
+            name,
+            config,
+            &["-plugins-registry".into(), registry.display().to_string()],
+        )
+    }
+
+    /// The plugin registering as `registration` says (`-plugins-registry DIR` or
+    /// `-device-plugin-dir DIR`, e.g. numa-shim's device plugin front).
+    pub fn start_with(env: &Env, name: &str, config: &str, registration: &[String]) -> Self {
         let dir = env.fresh(&format!("plugin-{name}"));
         let file = dir.join("config.json");
         std::fs::write(&file, config).unwrap();
@@ -656,8 +668,7 @@ impl DevicePlugin {
         let child = Command::new(&bin)
             .arg("-config")
             .arg(&file)
-            .arg("-plugins-registry")
-            .arg(kubelet.path("root").join("plugins_registry"))
+            .args(registration)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

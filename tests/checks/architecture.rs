@@ -24,6 +24,7 @@ const LAYERS: &[&str] = &[
     "relay",
     "podresources",
     "inspect",
+    "deviceplugin",
     "scenario",
     "config",
     "cli",

@@ -4,6 +4,7 @@
 
 mod answers;
 mod device_facts;
+mod device_front;
 mod kubelet;
 mod pool_gauges;
 mod python;

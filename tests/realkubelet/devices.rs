@@ -25,7 +25,7 @@ fn gpu_pod(image: &str) -> String {
 }
 
 /// The NUMA node ids of a PodResources `topology`.
-fn nodes(topology: &Value) -> Vec<i64> {
+pub(crate) fn nodes(topology: &Value) -> Vec<i64> {
     let mut ids: Vec<i64> = topology["nodes"]
         .as_array()
         .map(|n| n.iter().map(numa_id).collect())
@@ -36,7 +36,7 @@ fn nodes(topology: &Value) -> Vec<i64> {
 }
 
 /// (resource, ids, NUMA nodes) of a PodResources container's devices.
-fn devices(container: &Value) -> Vec<(String, Vec<String>, Vec<i64>)> {
+pub(crate) fn devices(container: &Value) -> Vec<(String, Vec<String>, Vec<i64>)> {
     container["devices"]
         .as_array()
         .map(|a| {
@@ -61,7 +61,7 @@ fn devices(container: &Value) -> Vec<(String, Vec<String>, Vec<i64>)> {
         .unwrap_or_default()
 }
 
-fn cpu_ids(v: &Value) -> Vec<u32> {
+pub(crate) fn cpu_ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .map(|a| {
             a.iter()
@@ -85,7 +85,7 @@ fn kubelet_gpus(kubelet: &Kubelet) -> usize {
         .sum()
 }
 
-async fn wait_kubelet_gpus(kubelet: &Kubelet, want: usize, plugin: &DevicePlugin) {
+pub(crate) async fn wait_kubelet_gpus(kubelet: &Kubelet, want: usize, plugin: &DevicePlugin) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while kubelet_gpus(kubelet) != want {
         assert!(

@@ -17,6 +17,7 @@
 //! `cargo test --test realkubelet -- --ignored --test-threads=1`; on CRI-O by
 //! integration/runtime-suite.sh (IT_RUNTIME=crio), the tutorial's tests (`tutorial::`).
 
+mod device_front;
 mod devices;
 mod lifecycle;
 mod oracle;
@@ -79,6 +80,17 @@ async fn rig(env: &Env, name: &str, mode: Mode, settings_text: &str) -> Rig {
 }
 
 async fn rig_unchecked(env: &Env, name: &str, mode: Mode, settings_text: &str) -> Rig {
+    rig_with(env, name, mode, settings_text, |_| Vec::new()).await
+}
+
+/// [`rig`] with more numa-shim flags (NumaShim mode), made from the configured kubelet.
+async fn rig_with(
+    env: &Env,
+    name: &str,
+    mode: Mode,
+    settings_text: &str,
+    extra: impl Fn(&Kubelet) -> Vec<String>,
+) -> Rig {
     let main = env.fresh(name).join("kubelet.yaml");
     std::fs::write(&main, settings_text).unwrap();
     let main = main.display().to_string();
@@ -112,21 +124,18 @@ async fn rig_unchecked(env: &Env, name: &str, mode: Mode, settings_text: &str) -
             .map(String::from)
             .to_vec();
             let mut kubelet = Kubelet::configure(env, name, &options);
-            let shim = Shim::start(
-                env,
-                name,
-                &[
-                    "--kubelet-config".into(),
-                    kubelet.fact("config").into(),
-                    "--kubelet-config-dir".into(),
-                    kubelet.fact("config_dir").into(),
-                    "--pods-api-socket".into(),
-                    kubelet.fact("pods_api").into(),
-                    "--kubelet-pod-resources-socket".into(),
-                    kubelet.fact("pod_resources").into(),
-                ],
-            )
-            .await;
+            let mut flags: Vec<String> = vec![
+                "--kubelet-config".into(),
+                kubelet.fact("config").into(),
+                "--kubelet-config-dir".into(),
+                kubelet.fact("config_dir").into(),
+                "--pods-api-socket".into(),
+                kubelet.fact("pods_api").into(),
+                "--kubelet-pod-resources-socket".into(),
+                kubelet.fact("pod_resources").into(),
+            ];
+            flags.extend(extra(&kubelet));
+            let shim = Shim::start(env, name, &flags).await;
             kubelet.run();
             Rig {
                 kubelet,

@@ -626,6 +626,7 @@ fn core_pod(
             name: Some(def.name.clone()),
             namespace: Some("default".into()),
             uid: Some(def.uid.clone()),
+            creation_timestamp: None,
         }),
         spec: Some(core_v1::PodSpec {
             containers,

@@ -56,7 +56,7 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         (Some(a), Some(b)) => f(a) != f(b),
         _ => false,
     };
-    let restart: [(&'static str, bool); 17] = [
+    let restart: [(&'static str, bool); 18] = [
         ("listen", old.listen != new.listen),
         ("runtime", old.runtime != new.runtime),
         ("socketMode", old.socket.mode != new.socket.mode),
@@ -73,6 +73,10 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         ("draClaims/draNumaAttributes", old.claims != new.claims),
         ("driftPeriod", old.drift_period != new.drift_period),
         ("crioConfig", old.crio_config != new.crio_config),
+        (
+            "devicePluginFront",
+            old.device_plugin_front != new.device_plugin_front,
+        ),
         (
             "kubeletConfig/kubeletConfigDir",
             old.kubelet_running != new.kubelet_running,

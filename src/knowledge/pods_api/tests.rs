@@ -42,6 +42,7 @@ fn kubelet_pod(uid: &str) -> Vec<u8> {
             name: Some("web".into()),
             namespace: Some("prod".into()),
             uid: Some(uid.into()),
+            creation_timestamp: None,
         }),
         spec: Some(core_v1::PodSpec {
             node_name: Some("node-1".into()),

@@ -289,6 +289,7 @@ impl PodDef {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
                 uid: Some(self.uid.clone()),
+                creation_timestamp: None,
             }),
             spec: Some(core_v1::PodSpec {
                 containers: self.containers.iter().map(container).collect(),

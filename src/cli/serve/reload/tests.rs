@@ -31,6 +31,7 @@ fn base() -> Settings {
         },
         kubelet_running: None,
         crio_config: None,
+        device_plugin_front: None,
     }
 }
 

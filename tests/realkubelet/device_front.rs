@@ -1,0 +1,239 @@
+//! The split decision closed by numa-shim's device plugin front, on a real kubelet: numa-shim is
+//! given a 2-node topology over this machine's two CPUs (cpu0 on node 0, cpu1 on node 1; its
+//! memory policy None, so it writes no cpuset.mems the 1-node kernel would refuse; no CPUs
+//! reserved, so both are allocatable: the kubelet's managers are off, its allocatable is both
+//! CPUs), the sample device plugin advertises gpu0 on node 0 and gpu1 on node 1 and registers
+//! with numa-shim's front, which registers `example.com/gpu` with the kubelet through its plugin
+//! watcher. Pod A (1 exclusive CPU) takes node 0's CPU; pod B (1 exclusive CPU, 1 gpu,
+//! single-numa-node) must run with gpu1 and CPU 1 — the kubelet with all its managers would put
+//! it there. The kubelet's PodResources, numa-shim's PodResources, `/placement`, the container's
+//! env and the kernel's cpuset agree.
+//!
+//! Without the front (`NUMA_SHIM_IT_NO_FRONT=1`: the plugin registered with the kubelet
+//! directly) the kubelet's device manager gives pod B gpu0, the first device, and numa-shim
+//! refuses the pod (gpu0's node has no free CPU): the test fails there.
+
+use super::devices::{cpu_ids, devices, wait_kubelet_gpus};
+use super::*;
+
+const PLUGIN: &str = r#"{"resource": "example.com/gpu",
+  "devices": [{"id": "gpu0", "numa": 0}, {"id": "gpu1", "numa": 1}]}"#;
+
+/// This machine's two CPUs as two NUMA nodes of one CPU each, memory split in two.
+const TOPOLOGY: &str = r#"{
+  "cpus": [
+    {"id":0,"core":0,"socket":0,"numa":0,"uncore":0},
+    {"id":1,"core":1,"socket":1,"numa":1,"uncore":1}
+  ],
+  "numa": [
+    {"id":0,"memory":"8Gi","hugepages":{},"distances":[10,20]},
+    {"id":1,"memory":"8Gi","hugepages":{},"distances":[20,10]}
+  ]
+}"#;
+
+/// Static CPU policy with nothing reserved, memory policy None, single-numa-node per container.
+const SETTINGS: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+    cpuManagerPolicy: static\nmemoryManagerPolicy: None\n\
+    topologyManagerPolicy: single-numa-node\ntopologyManagerScope: container\n";
+
+fn pod(name: &str, image: &str, gpus: u32) -> String {
+    let gpu = if gpus > 0 {
+        format!(", example.com/gpu: \"{gpus}\"")
+    } else {
+        String::new()
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: {image}\n    \
+         imagePullPolicy: Never\n    \
+         command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 1; done\"]\n    \
+         resources:\n      limits: {{cpu: \"1\", memory: \"64Mi\"{gpu}}}\n"
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs the real-kubelet harness (integration/test-all.sh)"]
+async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
+    let _serial = SERIAL.lock().await;
+    let env = Env::get();
+    let started = Instant::now();
+    let front = std::env::var_os("NUMA_SHIM_IT_NO_FRONT").is_none();
+    let dir = env.fresh("front-split-files");
+    let topology = dir.join("topology.json");
+    std::fs::write(&topology, TOPOLOGY).unwrap();
+    let front_dir = dir.join("device-plugins");
+    let rig = rig_with(&env, "front-split", Mode::NumaShim, SETTINGS, |kubelet| {
+        let mut flags = vec!["--topology".into(), topology.display().to_string()];
+        if front {
+            flags.extend([
+                "--device-plugin-front".into(),
+                front_dir.display().to_string(),
+                "--device-plugin-registry".into(),
+                kubelet
+                    .path("root")
+                    .join("plugins_registry")
+                    .display()
+                    .to_string(),
+            ]);
+        }
+        flags
+    })
+    .await;
+    let plugin = if front {
+        // numa-shim made the directory and its kubelet.sock before serving.
+        DevicePlugin::start_with(
+            &env,
+            "front-split",
+            PLUGIN,
+            &["-device-plugin-dir".into(), front_dir.display().to_string()],
+        )
+    } else {
+        DevicePlugin::start(&env, &rig.kubelet, "front-split", PLUGIN)
+    };
+    wait_kubelet_gpus(&rig.kubelet, 2, &plugin).await;
+    // Through the front the kubelet sees no topology: its own PodResources says so.
+    let theirs = podresources(&rig.kubelet.path("pod_resources"), &["allocatable"]);
+    let kubelet_nodes: Vec<Vec<i64>> = devices(&theirs).into_iter().map(|d| d.2).collect();
+    if front {
+        assert!(kubelet_nodes.iter().all(Vec::is_empty), "{theirs}");
+    }
+
+    // Pod A: node 0's CPU.
+    rig.kubelet.add("a.yaml", &pod("a", &env.image, 0));
+    rig.kubelet.wait_running(&["a"], &[]).await;
+    let seen = wait_cpus(&env, &rig.kubelet, "a", "0").await;
+    assert_eq!(seen["app"].cpus, "0", "{seen:?}");
+
+    // Pod B: one CPU and one gpu; only node 1 can hold both.
+    rig.kubelet.add("b.yaml", &pod("b", &env.image, 1));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let b = rig.kubelet.pod_named("b");
+        let running = b
+            .as_ref()
+            .is_some_and(|p| p["status"]["phase"] == "Running");
+        if running {
+            break;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "pod b not running (front: {front}): {}\nnuma-shim's refusals: {}\nnuma-shim log:\n{}\nplugin log:\n{}",
+                serde_json::to_string_pretty(&b).unwrap_or_default(),
+                rig.shim.placement()["refused"],
+                rig.shim
+                    .log_text()
+                    .lines()
+                    .filter(|l| l.contains("device") || l.contains("refused"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                tail(&plugin.log_text(), 10)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let name = rig.kubelet.pod_named("b").unwrap()["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The kubelet gave it gpu1 (its PodResources, without topology behind the front).
+    let theirs = podresources(
+        &rig.kubelet.path("pod_resources"),
+        &["get", &name, "default"],
+    );
+    let kubelet_devs = devices(&theirs["pod_resources"]["containers"][0]);
+    assert_eq!(kubelet_devs.len(), 1, "{theirs}");
+    assert_eq!(
+        kubelet_devs[0].1,
+        ["gpu1"],
+        "the kubelet's device: {theirs}"
+    );
+    // numa-shim's PodResources: gpu1 on node 1 beside CPU 1.
+    let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
+    let app = &ours["pod_resources"]["containers"][0];
+    assert_eq!(
+        devices(app),
+        [(
+            "example.com/gpu".to_string(),
+            vec!["gpu1".to_string()],
+            vec![1]
+        )],
+        "{ours}"
+    );
+    assert_eq!(cpu_ids(&app["cpu_ids"]), [1], "{ours}");
+    // `/placement`: the pod's container on CPU 1 with gpu1, gpu1 listed on node 1.
+    let view = rig.shim.placement();
+    let pod_view = view["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{view}"));
+    assert_eq!(pod_view["containers"][0]["cpus"], "1", "{view}");
+    assert_eq!(
+        pod_view["containers"][0]["devices"][0], "example.com/gpu=gpu1",
+        "{view}"
+    );
+    let node1: Vec<String> = view["numaNodes"][1]["devices"]
+        .as_array()
+        .map(|d| {
+            d.iter()
+                .map(|d| d["id"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(node1, ["gpu1"], "{view}");
+    // The kernel and the plugin's Allocate agree.
+    let seen = kernel(&env, &rig.kubelet).await;
+    assert_eq!(seen["b"]["app"].cpus, "1", "{seen:?}");
+    let pid = container_pid(&env, &rig.kubelet, "b", "app").await;
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&environ)
+            .split('\0')
+            .any(|v| v == "EXAMPLE_DEVICE_IDS=gpu1"),
+        "plugin log:\n{}",
+        plugin.log_text()
+    );
+    let log = rig.shim.log_text();
+    assert!(
+        log.lines().any(
+            |l| l.contains("preferred allocation from numa-shim's decision") && l.contains("gpu1")
+        ),
+        "{}",
+        tail(&log, 30)
+    );
+    if front {
+        // The kubelet restarts: it finds numa-shim's endpoint in its plugin watcher directory
+        // again; pod B keeps gpu1 and CPU 1.
+        let mut rig = rig;
+        rig.kubelet.restart();
+        wait_kubelet_gpus(&rig.kubelet, 2, &plugin).await;
+        rig.kubelet.wait_running(&["a", "b"], &[]).await;
+        let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
+        let app = &ours["pod_resources"]["containers"][0];
+        assert_eq!(devices(app)[0].1, ["gpu1"], "{ours}");
+        assert_eq!(cpu_ids(&app["cpu_ids"]), [1], "{ours}");
+        // The plugin dies: numa-shim reports its devices Unhealthy, the kubelet lists none.
+        let mut plugin = plugin;
+        plugin.kill9();
+        wait_kubelet_gpus(&rig.kubelet, 0, &plugin).await;
+        assert!(
+            rig.shim
+                .log_text()
+                .lines()
+                .any(|l| l.contains("device plugin gone from numa-shim's front")),
+            "{}",
+            tail(&rig.shim.log_text(), 20)
+        );
+        let seen = kernel(&env, &rig.kubelet).await;
+        assert_eq!(seen["b"]["app"].cpus, "1", "pod B keeps its CPU: {seen:?}");
+        drop(plugin);
+        drop(rig);
+    } else {
+        drop(plugin);
+        drop(rig);
+    }
+    eprintln!("device front test: {:?}", started.elapsed());
+}
