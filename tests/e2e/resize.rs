@@ -320,3 +320,58 @@ async fn pod_resources_follow_a_grow_and_a_shrink() {
     assert_eq!(runtime_cpus(&shim, &id), before);
     assert_eq!(listed_cpus(&shim, "app", "main"), before);
 }
+
+/// The kubelet v1.37 actuates a pod-level CPU resize in passes (docs/resize.md §1.2): the pod
+/// cgroup's limit, then its request, each announced with its own UpdatePodSandboxResources
+/// (request first on shrink), then UpdateContainerResources for the containers that inherit the
+/// budget's limits. A Guaranteed budget is never half-resized into a QoS change.
+#[tokio::test]
+async fn a_pod_budget_resized_in_the_kubelets_passes_grows_and_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let def = pod("web")
+        .pod_level(Res::guaranteed(4000, 4 * GI))
+        .container("main", Res::guaranteed(2000, 2 * GI))
+        .container("helper", Res::default());
+    let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
+    let running = &running[0];
+    let (main, helper) = (
+        running.id("main").to_string(),
+        running.id("helper").to_string(),
+    );
+    let slice = runtime_cpus(&shim, &main);
+    let pool = runtime_cpus(&shim, &helper);
+    // What the kubelet sends a container without limits of its own: the budget's limits.
+    let inherits = |cpu: u64| Res {
+        cpu_lim: Some(cpu),
+        mem_lim: Some(4 * GI),
+        ..Res::default()
+    };
+
+    let (four, six) = (Res::guaranteed(4000, 4 * GI), Res::guaranteed(6000, 4 * GI));
+    kubelet
+        .resize_sandbox_in_passes(&running.sandbox, &four, &six)
+        .await
+        .unwrap();
+    kubelet.resize(&helper, &inherits(6000)).await.unwrap();
+    shim.eventually("the pod pool grows to 4 CPUs", |f| {
+        CpuSet::parse(&f.resources(&helper).cpuset_cpus).is_ok_and(|c| c.len() == 4)
+    })
+    .await;
+    assert!(pool.is_subset(&runtime_cpus(&shim, &helper)));
+    assert_eq!(runtime_cpus(&shim, &main), slice, "the slice stays");
+    assert_eq!(resizes(&shim, "applied"), 1, "one resize, not one per pass");
+    assert_eq!(resizes(&shim, "refused"), 0);
+
+    kubelet.resize(&helper, &inherits(4000)).await.unwrap();
+    kubelet
+        .resize_sandbox_in_passes(&running.sandbox, &six, &four)
+        .await
+        .unwrap();
+    shim.eventually("the pod pool is back", |f| {
+        f.resources(&helper).cpuset_cpus == pool.to_string()
+    })
+    .await;
+    assert_eq!(runtime_cpus(&shim, &main), slice);
+    assert_eq!(resizes(&shim, "applied"), 2);
+    assert_eq!(resizes(&shim, "refused"), 0);
+}

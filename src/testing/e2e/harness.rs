@@ -402,4 +402,27 @@ impl Kubelet {
             .await
             .map(|_| ())
     }
+
+    /// A pod-level CPU resize from budget `from` to `to` as the kubelet v1.37 actuates it
+    /// (`doPodResizeAction`'s `setPodCgroupConfig`): one UpdatePodSandboxResources per pod
+    /// cgroup value, the limit (quota) before the request (shares) on growth, the request
+    /// before the limit on shrink; each call carries the values set so far.
+    pub async fn resize_sandbox_in_passes(
+        &self,
+        sandbox: &str,
+        from: &crate::testing::e2e::kubelet::Res,
+        to: &crate::testing::e2e::kubelet::Res,
+    ) -> Result<(), Status> {
+        let mut now = *from;
+        let grow = to.cpu_lim.unwrap_or(0) > from.cpu_lim.unwrap_or(0);
+        for limit_pass in if grow { [true, false] } else { [false, true] } {
+            if limit_pass {
+                now.cpu_lim = to.cpu_lim;
+            } else {
+                now.cpu_req = to.cpu_req;
+            }
+            self.resize_sandbox(sandbox, &now).await?;
+        }
+        Ok(())
+    }
 }
