@@ -99,6 +99,12 @@ impl Placer {
             info!(pod = %resized.pod, target = ?resized.target, cpus = ?resized.decision.as_ref().map(|d| d.cpus.to_string()), "resized");
             return;
         }
+        let cut_off = matches!(code, Code::DeadlineExceeded | Code::Cancelled);
+        if cut_off && resized.undo.as_ref().is_some_and(|u| u.keep_unanswered()) {
+            self.metrics().resize("unanswered_kept");
+            warn!(pod = %resized.pod, target = ?resized.target, ?code, "resize cut off before the runtime answered; a grow is kept (the runtime may have applied it, the kubelet retries it)");
+            return;
+        }
         self.undo(resized, "the runtime refused the call");
         self.persist_soon();
     }

@@ -49,12 +49,17 @@ impl Cluster {
     /// The tutorial's settings (pod scope) in the kubelet's main file, its own managers off in
     /// the packaged drop-in; numa-shim reads both and starts first, as on a node.
     pub async fn start(name: &str) -> Self {
+        Self::start_with(name, &rk::settings("pod")).await
+    }
+
+    /// [`Cluster::start`] with `settings` as the kubelet's main file.
+    pub async fn start_with(name: &str, settings: &str) -> Self {
         let env = Env::get();
         let cp = Cp::get();
         let node = node_name();
         fresh_namespace(&cp);
         let main = env.fresh(name).join("kubelet.yaml");
-        std::fs::write(&main, rk::settings("pod")).unwrap();
+        std::fs::write(&main, settings).unwrap();
         let socket = env.dir(&format!("shim-{name}")).join("cri.sock");
         let endpoint = format!("unix://{}", socket.display());
         let numa_shim = drop_in(

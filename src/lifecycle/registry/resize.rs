@@ -61,6 +61,20 @@ pub struct ResizeUndo {
     record: Option<(String, ContainerRecord)>,
     /// The resources before: what the core resizes back to when the node moved meanwhile.
     old: Resources,
+    /// The target holds every CPU it held before (and maybe more): kept when the runtime's
+    /// answer is unknown (see [`ResizeUndo::keep_unanswered`]).
+    grows: bool,
+}
+
+impl ResizeUndo {
+    /// Whether a resize whose runtime call was cut off (the caller's deadline passed or it hung
+    /// up, so the runtime may or may not have applied it) is kept rather than undone: the
+    /// side that holds more CPUs is kept, so whatever the runtime did, the container's CPUs
+    /// are numa-shim's — a grow stays (the kubelet retries the call and finds it applied), a
+    /// shrink is undone (its retry applies it again).
+    pub fn keep_unanswered(&self) -> bool {
+        self.grows
+    }
 }
 
 /// How an undo went.
@@ -156,6 +170,9 @@ impl Registry {
         }
         self.touch(&uid);
         let after = self.node.snapshot();
+        let grows = placed
+            .as_ref()
+            .is_some_and(|p| record.cpus.is_subset(&p.cpus));
         Ok(Some(Resized {
             pod_uid: uid,
             pod: label,
@@ -167,6 +184,7 @@ impl Registry {
                 spec,
                 record: Some((container_id.to_string(), record)),
                 old: current,
+                grows,
             })),
         }))
     }
@@ -214,6 +232,7 @@ impl Registry {
                 keeps,
             });
         }
+        let grows = new.requests.cpu_milli >= current.requests.cpu_milli;
         if let Some(p) = self.pods.get_mut(&uid) {
             p.spec.resources = Some(new);
         }
@@ -229,6 +248,7 @@ impl Registry {
                 after,
                 spec,
                 record: None,
+                grows,
                 old: current,
             })),
         }))

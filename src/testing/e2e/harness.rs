@@ -215,6 +215,17 @@ impl Shim {
         self.runtime
     }
 
+    /// Kills numa-shim as a SIGKILL would: the relay and the background tasks end where they
+    /// are, nothing more is written (calls in flight are cut off at the runtime); the fake
+    /// runtime keeps running and is handed back.
+    pub fn kill(mut self) -> Runtime {
+        if let Some((_, task)) = self.relay.take() {
+            task.abort();
+        }
+        self.started.stop();
+        self.runtime
+    }
+
     /// The node shared pool as numa-shim sees it now.
     pub fn shared(&self) -> CpuSet {
         self.started.placer.registry().node().shared_cpus()
@@ -384,6 +395,26 @@ impl Kubelet {
             ..Default::default()
         })
         .await
+    }
+
+    /// [`Kubelet::resize`] with the caller's deadline `timeout` (`grpc-timeout`).
+    pub async fn resize_within(
+        &self,
+        id: &str,
+        res: &crate::testing::e2e::kubelet::Res,
+        timeout: Duration,
+    ) -> Result<(), Status> {
+        let mut request = tonic::Request::new(cri::UpdateContainerResourcesRequest {
+            container_id: id.to_string(),
+            linux: Some(res.linux()),
+            ..Default::default()
+        });
+        request.set_timeout(timeout);
+        self.client
+            .clone()
+            .update_container_resources(request)
+            .await
+            .map(|_| ())
     }
 
     /// UpdatePodSandboxResources with the pod cgroup values of budget `res`.
