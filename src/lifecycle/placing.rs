@@ -341,7 +341,7 @@ impl Placer {
     pub async fn record(&self, request: &CriRequest, decided: Option<Decided>, outcome: &Outcome) {
         let ok = outcome.status.code() == Code::Ok;
         if let Some(Decided::Resized(resized)) = &decided {
-            self.resize_done(resized, outcome.status.code());
+            self.resize_done(resized, &outcome.status);
             return;
         }
         let (changed, pools) = self.record_outcome(request, decided, outcome.response.as_ref(), ok);

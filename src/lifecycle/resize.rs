@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::placer::Placer;
 use super::placing::{cri_resources, PlacementError};
-use super::registry::{Registry, ResizeRefused, Resized, Undone};
+use super::registry::{Registry, ResizeRefused, ResizeTarget, Resized, Undone};
 use crate::proto::cri::v1 as cri;
 use crate::report::{Refusal, Stage};
 
@@ -90,11 +90,12 @@ impl Placer {
     }
 
     /// The runtime answered a resized call: kept on success, undone otherwise.
-    pub(super) fn resize_done(&self, resized: &Resized, code: Code) {
+    pub(super) fn resize_done(&self, resized: &Resized, status: &tonic::Status) {
         if resized.undo.is_none() {
             return;
         }
-        if code == Code::Ok {
+        let code = status.code();
+        if code == Code::Ok || unimplemented_notice(resized, status) {
             self.metrics().resize("applied");
             info!(pod = %resized.pod, target = ?resized.target, cpus = ?resized.decision.as_ref().map(|d| d.cpus.to_string()), "resized");
             return;
@@ -151,6 +152,16 @@ impl Placer {
             stage: Stage::Resize,
         });
     }
+}
+
+/// An UpdatePodSandboxResources the runtime does not implement (containerd up to 2.4 answers
+/// UNIMPLEMENTED, "unknown method"; containerd 2.2 UNKNOWN "not implemented yet"). The kubelet
+/// treats the call as a best-effort notice and goes on to resize the pod cgroup itself
+/// (v1.37.2 kuberuntime_container.go:432-452), so the budget's resize stands.
+fn unimplemented_notice(resized: &Resized, status: &tonic::Status) -> bool {
+    matches!(resized.target, ResizeTarget::Pod { .. })
+        && (status.code() == Code::Unimplemented
+            || status.code() == Code::Unknown && status.message().contains("not implemented"))
 }
 
 impl ResizeRefused {

@@ -348,10 +348,18 @@ async fn a_pod_budget_resized_in_the_kubelets_passes_grows_and_shrinks() {
     };
 
     let (four, six) = (Res::guaranteed(4000, 4 * GI), Res::guaranteed(6000, 4 * GI));
-    kubelet
-        .resize_sandbox_in_passes(&running.sandbox, &four, &six)
-        .await
-        .unwrap();
+    // containerd 2.4 does not implement UpdatePodSandboxResources; the kubelet takes the
+    // UNIMPLEMENTED as a best-effort notice and resizes the pod cgroup itself.
+    shim.fake().state().sandbox_updates_unimplemented = true;
+    let mut limit_pass = four;
+    limit_pass.cpu_lim = six.cpu_lim;
+    for pass in [limit_pass, six] {
+        let err = kubelet
+            .resize_sandbox(&running.sandbox, &pass)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unimplemented, "{err:?}");
+    }
     kubelet.resize(&helper, &inherits(6000)).await.unwrap();
     shim.eventually("the pod pool grows to 4 CPUs", |f| {
         CpuSet::parse(&f.resources(&helper).cpuset_cpus).is_ok_and(|c| c.len() == 4)
@@ -362,6 +370,8 @@ async fn a_pod_budget_resized_in_the_kubelets_passes_grows_and_shrinks() {
     assert_eq!(resizes(&shim, "applied"), 1, "one resize, not one per pass");
     assert_eq!(resizes(&shim, "refused"), 0);
 
+    // A runtime that implements it (CRI-O, the fake) for the shrink.
+    shim.fake().state().sandbox_updates_unimplemented = false;
     kubelet.resize(&helper, &inherits(4000)).await.unwrap();
     kubelet
         .resize_sandbox_in_passes(&running.sandbox, &six, &four)
@@ -527,4 +537,60 @@ async fn a_resize_across_a_numa_shim_kill_leaves_nothing_half_applied() {
     shim.started.placer.flush().await.unwrap();
     let now = std::fs::read(dir.path().join("state/numa-shim-state.json")).unwrap();
     assert_eq!(now.len(), checkpoint.len(), "checkpoint back to its size");
+}
+
+/// Memory under the Static Memory Manager (docs/resize.md §2): the kubelet's memory pass (new
+/// memory limit, current CPU values) of a classic Guaranteed container grows its blocks on the
+/// NUMA node it has while that node holds them (16Gi per node here), and is refused with
+/// RESOURCE_EXHAUSTED, nothing changed, once it does not. A pod-level budget's memory is not
+/// resized under the Static policy (refused with the reason).
+#[tokio::test]
+async fn static_memory_grows_only_while_the_pods_numa_node_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let id = running[0].id("main").to_string();
+    let mems = shim.fake().resources(&id).cpuset_mems.clone();
+    let cpus_before = runtime_cpus(&shim, &id);
+
+    kubelet
+        .resize(&id, &Res::guaranteed(2000, 8 * GI))
+        .await
+        .unwrap();
+    assert_eq!(resizes(&shim, "applied"), 1);
+    let seen = shim.fake().updates_for(&id).pop().unwrap().linux.unwrap();
+    assert_eq!(seen.cpuset_mems, mems, "the memory stays on its node");
+    assert_eq!(runtime_cpus(&shim, &id), cpus_before, "the CPUs stay");
+
+    let before = snapshot(&shim);
+    let err = kubelet
+        .resize(&id, &Res::guaranteed(2000, 17 * GI))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("memory 8Gi → 17Gi"),
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("memory: "), "{}", err.message());
+    assert_eq!(snapshot(&shim), before, "nothing changed");
+
+    // A pod-level budget's memory.
+    let dir = tempfile::tempdir().unwrap();
+    let def = pod("web")
+        .pod_level(Res::guaranteed(4000, 4 * GI))
+        .container("main", Res::guaranteed(2000, 2 * GI))
+        .container("helper", Res::default());
+    let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
+    let err = kubelet
+        .resize_sandbox(&running[0].sandbox, &Res::guaranteed(4000, 6 * GI))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message()
+            .contains("resizing the memory of a pod-level budget under the Static Memory Manager is not supported yet"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(resizes(&shim, "refused"), 1);
 }

@@ -49,6 +49,8 @@ pub struct State {
     /// Container ids whose UpdateContainerResources is applied at once but answered only after
     /// this long (a runtime that wrote the cgroups and is slow to say so).
     pub slow_updates: BTreeMap<String, std::time::Duration>,
+    /// UpdatePodSandboxResources answers UNIMPLEMENTED (as containerd 2.4 does).
+    pub sandbox_updates_unimplemented: bool,
     /// UpdatePodSandboxResources requests as received, in order.
     pub sandbox_updates: Vec<cri::UpdatePodSandboxResourcesRequest>,
     /// Where the fake kernel's cgroup and proc trees are (`cg/`, `proc/`), if it plays one.
@@ -473,6 +475,11 @@ impl RuntimeService for Fake {
         let req = request.into_inner();
         let mut state = self.state();
         state.sandbox_updates.push(req.clone());
+        if state.sandbox_updates_unimplemented {
+            return Err(Status::unimplemented(
+                "unknown method UpdatePodSandboxResources for service runtime.v1.RuntimeService",
+            ));
+        }
         if !state.sandboxes.contains_key(&req.pod_sandbox_id) {
             return Err(Status::not_found(format!(
                 "sandbox {} not found",
