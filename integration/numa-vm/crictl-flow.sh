@@ -302,7 +302,8 @@ if out=$(resize "${ids[grow]}" $((per_node + 1)) 2>&1); then
 else
     out=$(tail -1 <<<"$out")
     echo "refused: ${out#*desc = }"
-    grep -q 'code = ResourceExhausted desc = numa-shim cannot resize container "grow"' <<<"$out" ||
+    # crictl's log line escapes the quotes of the message: match around them.
+    grep -Eq 'code = ResourceExhausted desc = numa-shim cannot resize container .?.?grow.?.? of pod default/grow' <<<"$out" ||
         fail "refusal without numa-shim's reason: $out"
     [[ $(placed grow) == "$before" ]] || fail "the refused resize changed grow: $before -> $(placed grow)"
     wait_cpuset "${ids[grow]}" "${before%% *}"
