@@ -68,7 +68,7 @@ async fn a_thousand_resizes_through_the_process_leak_nothing() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    assert!(count >= 2 && count % 2 == 0, "an even count of resizes");
+    assert!(count >= 2 && count.is_multiple_of(2), "an even count of resizes");
     let started = Instant::now();
     // One grow, checked: an exclusive CPU, no quota.
     cri.resize(&g, 1000, 128 * MI).await.unwrap();
