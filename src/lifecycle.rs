@@ -21,7 +21,7 @@ pub mod store;
 
 pub use claims::{ClaimFuture, ClaimSource, ClaimSourceError};
 pub use devices::{DeviceFuture, DeviceSource, DeviceSourceError};
-pub use placer::{Outcome, PlacementError, Placer, RegistryGuard};
+pub use placer::{Outcome, PlacementError, Placer, RegistryGuard, ResizeAnswer};
 pub use registry::{Adoption, ContainerDecision, CpusetUpdate, Registry, RegistrySnapshot, Source};
 pub use start::{start, Options, SpecSource, StartError, Started};
 pub use store::Store;

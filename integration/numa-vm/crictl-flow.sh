@@ -20,6 +20,10 @@
 #   - numa-shim killed (-9) and restarted on its checkpoint: the same decisions, the kernel still
 #     matching, a new pod admitted only onto free CPUs (refused when none is free);
 #   - the pods removed: the node shared pool (and the shared pod's cpuset) grows back;
+#   - in-place resize (UpdateContainerResources as the kubelet's CPU pass sends it, through
+#     crictl update): a classic 1-CPU pod grown to 2 keeps its CPU and gets one on its node
+#     (kernel cpuset.cpus/mems equal /placement), grown past its node refused with
+#     RESOURCE_EXHAUSTED and unchanged, shrunk back to its CPU;
 #   - the check itself fails on a deliberately wrong cpuset.mems.
 # NUMAVM_BREAK_MEMS=1 writes a wrong cpuset.mems into the mixed pod's main container before the
 # first check, so the run fails (to see what a failure looks like). Exit 1 when a check failed.
@@ -225,6 +229,95 @@ wait_cpuset "${ids[burst]}" "$all"
 checked check check
 echo "\$ numa-shim inspect"
 "$bin" inspect --endpoint "http://$metrics"
+
+# placed NAME: "CPUS NODES" of container NAME as numa-shim's /placement has it.
+placed() {
+    python3 -c '
+import json, sys, urllib.request
+v = json.load(urllib.request.urlopen(sys.argv[1]))
+c = [c for p in v["pods"] for c in p["containers"] if c["name"] == sys.argv[2]][0]
+print(c["cpus"], c.get("memoryNodes") or "-")' "http://$metrics/placement" "$1"
+}
+# node_of CPUS: the NUMA nodes of CPUS (sysfs), as a list.
+node_of() {
+    python3 -c '
+import glob, sys
+def parse(s):
+    out = set()
+    for part in s.strip().split(","):
+        if part:
+            a, _, b = part.partition("-")
+            out.update(range(int(a), int(b or a) + 1))
+    return out
+want = parse(sys.argv[1])
+print(",".join(str(n) for n in sorted(int(d.rsplit("node", 1)[1]) for d in glob.glob("/sys/devices/system/node/node[0-9]*") if parse(open(d + "/cpulist").read()) & want)))' "$1"
+}
+subset() { python3 -c '
+import sys
+def parse(s):
+    out = set()
+    for part in s.split(","):
+        if part:
+            a, _, b = part.partition("-")
+            out.update(range(int(a), int(b or a) + 1))
+    return out
+sys.exit(0 if parse(sys.argv[1]) <= parse(sys.argv[2]) else 1)' "$1" "$2"; }
+# resize ID CPUS: UpdateContainerResources as the kubelet's CPU pass sends it for CPUS whole CPUs
+# (shares, quota and period of the new CPUs, the current 64 MiB memory limit).
+resize() {
+    it_crictl "$shim" update --cpu-share $(($2 * 1024)) --cpu-quota $(($2 * 100000)) --cpu-period 100000 \
+        --memory 67108864 "$1"
+}
+
+step "In-place resize: two classic Guaranteed 1-CPU pods (no pod-level budget), near first"
+for p in near grow; do
+    pod_json "$p" '{}'
+    container_json "$p" "$(res 1024 100000 67108864)"
+    run_pod "$p" "$p"
+done
+read -r near_cpus _ <<<"$(placed near)"
+read -r grow_cpus grow_mems <<<"$(placed grow)"
+grow_node=$(node_of "$grow_cpus")
+echo "near: CPU $near_cpus (node $(node_of "$near_cpus")); grow: CPU $grow_cpus (node $grow_node, mems $grow_mems)"
+checked check check
+
+step "grow resized to 2 CPUs (crictl update, as the kubelet's CPU pass): it keeps CPU $grow_cpus, the new one on node $grow_node"
+if out=$(resize "${ids[grow]}" 2 2>&1); then
+    read -r grown grown_mems <<<"$(placed grow)"
+    echo "grow: CPUs $grown, mems $grown_mems (was $grow_cpus, mems $grow_mems)"
+    wait_cpuset "${ids[grow]}" "$grown"
+    subset "$grow_cpus" "$grown" || fail "grow lost CPU $grow_cpus: now $grown"
+    [[ $(node_of "$grown") == "$grow_node" ]] || fail "grow's CPUs $grown are not all on node $grow_node"
+    [[ $grown_mems == "$grow_mems" ]] || fail "grow's memory moved: $grow_mems -> $grown_mems"
+    [[ $grown != "$grow_cpus" ]] || fail "grow did not grow: $grown"
+    checked check check
+else
+    fail "the resize of grow to 2 CPUs was refused: $out"
+fi
+
+step "grow resized to $((per_node + 1)) CPUs: more than node $grow_node holds, refused; it keeps its CPUs"
+before=$(placed grow)
+if out=$(resize "${ids[grow]}" $((per_node + 1)) 2>&1); then
+    fail "the resize of grow to $((per_node + 1)) CPUs was not refused: $(placed grow)"
+else
+    out=$(tail -1 <<<"$out")
+    echo "refused: ${out#*desc = }"
+    # crictl's log line escapes the quotes of the message: match around them.
+    grep -Eq 'code = ResourceExhausted desc = numa-shim cannot resize container .?.?grow.?.? of pod default/grow' <<<"$out" ||
+        fail "refusal without numa-shim's reason: $out"
+    [[ $(placed grow) == "$before" ]] || fail "the refused resize changed grow: $before -> $(placed grow)"
+    wait_cpuset "${ids[grow]}" "${before%% *}"
+fi
+
+step "grow resized back to 1 CPU: it returns to CPU $grow_cpus"
+checked resize "${ids[grow]}" 1
+read -r back _ <<<"$(placed grow)"
+[[ $back == "$grow_cpus" ]] || fail "grow is on $back after the shrink, expected $grow_cpus"
+wait_cpuset "${ids[grow]}" "$grow_cpus"
+checked check check
+remove_pod near
+remove_pod grow
+wait_shared "$all"
 
 step "crictl flow on $nodes nodes: $failures failures"
 ((failures == 0))

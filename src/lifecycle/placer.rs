@@ -49,7 +49,7 @@ use decide::HookSlot;
 use error::again;
 pub use error::PlacementError;
 pub use place::PlacedContainer;
-pub use record::Outcome;
+pub use record::{Outcome, ResizeAnswer};
 
 use super::gauges;
 use super::refusals::Refusals;

@@ -16,8 +16,8 @@ use tonic::Code;
 use tracing::{info, warn};
 
 use super::placer::Placer;
-use super::placer::{cri_resources, PlacementError};
-use super::registry::{Registry, ResizeRefused, Resized, Undone};
+use super::placer::{cri_resources, PlacementError, ResizeAnswer};
+use super::registry::{Registry, ResizeRefused, ResizeTarget, Resized, Undone};
 use crate::proto::cri::v1 as cri;
 use crate::report::{Refusal, Stage};
 
@@ -90,13 +90,23 @@ impl Placer {
     }
 
     /// The runtime answered a resized call: kept on success, undone otherwise.
-    pub(super) fn resize_done(&self, resized: &Resized, accepted: bool) {
+    pub(super) fn resize_done(&self, resized: &Resized, answer: ResizeAnswer) {
         if resized.undo.is_none() {
             return;
         }
-        if accepted {
+        let pod_budget = matches!(resized.target, ResizeTarget::Pod { .. });
+        if answer == ResizeAnswer::Accepted
+            || (answer == ResizeAnswer::NotImplemented && pod_budget)
+        {
             self.metrics().resize("applied");
             info!(pod = %resized.pod, target = ?resized.target, cpus = ?resized.decision.as_ref().map(|d| d.cpus.to_string()), "resized");
+            return;
+        }
+        if answer == ResizeAnswer::CutOff
+            && resized.undo.as_ref().is_some_and(|u| u.keep_unanswered())
+        {
+            self.metrics().resize("unanswered_kept");
+            warn!(pod = %resized.pod, target = ?resized.target, ?answer, "resize cut off before the runtime answered; a grow is kept (the runtime may have applied it, the kubelet retries it)");
             return;
         }
         self.undo(resized, "the runtime refused the call");
@@ -147,6 +157,10 @@ impl Placer {
     }
 }
 
+/// An UpdatePodSandboxResources the runtime does not implement (containerd up to 2.4 answers
+/// UNIMPLEMENTED, "unknown method"; containerd 2.2 UNKNOWN "not implemented yet"). The kubelet
+/// treats the call as a best-effort notice and goes on to resize the pod cgroup itself
+/// (v1.37.2 kuberuntime_container.go:432-452), so the budget's resize stands.
 impl ResizeRefused {
     /// RESOURCE_EXHAUSTED when the pod's NUMA nodes lack room, FAILED_PRECONDITION when a rule
     /// refuses it (promised CPUs, QoS change, pool emptied), NOT_FOUND for a target the core

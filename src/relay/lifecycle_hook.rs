@@ -242,7 +242,7 @@ fn lifecycle_outcome(
     if let Some(Decided::Resized(resized)) = decided {
         return Some(lifecycle::Outcome::Resized {
             resized,
-            accepted: ok,
+            answer: resize_answer(&outcome.status),
         });
     }
     match (request, decided, outcome.response.as_ref()) {
@@ -292,6 +292,19 @@ fn resources_patch(cpus: &CpuSet, mems: Option<String>, cpu_quota: Option<i64>) 
         cpuset_mems: mems,
         cpu_quota,
         ..Default::default()
+    }
+}
+
+/// A resize's answer from the runtime's status. A runtime that does not implement the call says
+/// UNIMPLEMENTED (containerd 2.4) or UNKNOWN "... not implemented" (containerd 2.2).
+fn resize_answer(status: &tonic::Status) -> lifecycle::ResizeAnswer {
+    use lifecycle::ResizeAnswer as A;
+    match status.code() {
+        Code::Ok => A::Accepted,
+        Code::Unimplemented => A::NotImplemented,
+        Code::Unknown if status.message().contains("not implemented") => A::NotImplemented,
+        Code::DeadlineExceeded | Code::Cancelled => A::CutOff,
+        _ => A::Refused,
     }
 }
 
@@ -411,7 +424,7 @@ mod tests {
                 answer(Code::Ok, None),
                 Some(Did::Resized {
                     resized: resized.clone(),
-                    accepted: true,
+                    answer: lifecycle::ResizeAnswer::Accepted,
                 }),
             ),
             (
@@ -420,7 +433,7 @@ mod tests {
                 answer(Code::InvalidArgument, None),
                 Some(Did::Resized {
                     resized,
-                    accepted: false,
+                    answer: lifecycle::ResizeAnswer::Refused,
                 }),
             ),
             (&update, Some(Decided::Kept), answer(Code::Ok, None), None),

@@ -285,7 +285,8 @@ impl Metrics {
                 "In-place resizes (UpdateContainerResources / UpdatePodSandboxResources that change \
                  a container's or a pod budget's resources), by outcome: applied, refused (numa-shim \
                  answered with the reason), rolled_back (the runtime refused the call: undone), \
-                 rollback_kept (undoing was refused; the resized state stays).",
+                 rollback_kept (undoing was refused; the resized state stays), unanswered_kept (a \
+                 grow whose runtime call was cut off by the caller's deadline: kept).",
                 OUTCOME,
             ),
             build_info: ScalarFamily::gauge(
@@ -462,8 +463,13 @@ impl Metrics {
     }
 
     /// Resize outcomes, to pre-create their series.
-    pub const RESIZE_OUTCOMES: [&'static str; 4] =
-        ["applied", "refused", "rolled_back", "rollback_kept"];
+    pub const RESIZE_OUTCOMES: [&'static str; 5] = [
+        "applied",
+        "refused",
+        "rolled_back",
+        "rollback_kept",
+        "unanswered_kept",
+    ];
 
     /// One in-place resize ended with `outcome` (one of [`Self::RESIZE_OUTCOMES`]).
     pub fn resize(&self, outcome: &str) {

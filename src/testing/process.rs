@@ -91,6 +91,11 @@ impl ShimProcess {
         }
     }
 
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether it answers CRI `Version` on its socket.
     pub async fn answers(&self) -> bool {
         let mut client = RuntimeServiceClient::new(unix_channel(&self.socket));

@@ -320,3 +320,277 @@ async fn pod_resources_follow_a_grow_and_a_shrink() {
     assert_eq!(runtime_cpus(&shim, &id), before);
     assert_eq!(listed_cpus(&shim, "app", "main"), before);
 }
+
+/// The kubelet v1.37 actuates a pod-level CPU resize in passes (docs/resize.md §1.2): the pod
+/// cgroup's limit, then its request, each announced with its own UpdatePodSandboxResources
+/// (request first on shrink), then UpdateContainerResources for the containers that inherit the
+/// budget's limits. A Guaranteed budget is never half-resized into a QoS change.
+#[tokio::test]
+async fn a_pod_budget_resized_in_the_kubelets_passes_grows_and_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let def = pod_def("web")
+        .pod_level(Res::guaranteed(4000, 4 * GI))
+        .container("main", Res::guaranteed(2000, 2 * GI))
+        .container("helper", Res::default());
+    let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
+    let running = &running[0];
+    let (main, helper) = (
+        running.id("main").to_string(),
+        running.id("helper").to_string(),
+    );
+    let slice = runtime_cpus(&shim, &main);
+    let pool = runtime_cpus(&shim, &helper);
+    // What the kubelet sends a container without limits of its own: the budget's limits.
+    let inherits = |cpu: u64| Res {
+        cpu_lim: Some(cpu),
+        mem_lim: Some(4 * GI),
+        ..Res::default()
+    };
+
+    let (four, six) = (Res::guaranteed(4000, 4 * GI), Res::guaranteed(6000, 4 * GI));
+    // containerd 2.4 does not implement UpdatePodSandboxResources; the kubelet takes the
+    // UNIMPLEMENTED as a best-effort notice and resizes the pod cgroup itself.
+    shim.fake().state().sandbox_updates_unimplemented = true;
+    let mut limit_pass = four;
+    limit_pass.cpu_lim = six.cpu_lim;
+    for pass in [limit_pass, six] {
+        let err = kubelet
+            .resize_sandbox(&running.sandbox, &pass)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unimplemented, "{err:?}");
+    }
+    kubelet.resize(&helper, &inherits(6000)).await.unwrap();
+    shim.eventually("the pod pool grows to 4 CPUs", |f| {
+        CpuSet::parse(&f.resources(&helper).cpuset_cpus).is_ok_and(|c| c.len() == 4)
+    })
+    .await;
+    assert!(pool.is_subset(&runtime_cpus(&shim, &helper)));
+    assert_eq!(runtime_cpus(&shim, &main), slice, "the slice stays");
+    assert_eq!(resizes(&shim, "applied"), 1, "one resize, not one per pass");
+    assert_eq!(resizes(&shim, "refused"), 0);
+
+    // A runtime that implements it (CRI-O, the fake) for the shrink.
+    shim.fake().state().sandbox_updates_unimplemented = false;
+    kubelet.resize(&helper, &inherits(4000)).await.unwrap();
+    kubelet
+        .resize_sandbox_in_passes(&running.sandbox, &six, &four)
+        .await
+        .unwrap();
+    shim.eventually("the pod pool is back", |f| {
+        f.resources(&helper).cpuset_cpus == pool.to_string()
+    })
+    .await;
+    assert_eq!(runtime_cpus(&shim, &main), slice);
+    assert_eq!(resizes(&shim, "applied"), 2);
+    assert_eq!(resizes(&shim, "refused"), 0);
+}
+
+/// The held CPUs of container `id` as numa-shim's registry has them.
+fn held(shim: &Shim, id: &str) -> CpuSet {
+    shim.started
+        .placer
+        .registry()
+        .applied(id)
+        .map(|r| r.cpus.clone())
+        .unwrap_or_default()
+}
+
+/// Nothing half-applied: every CPU the runtime runs container `id` on is one numa-shim holds
+/// for it (never a shared-pool CPU or another's).
+fn runs_on_its_own(shim: &Shim, id: &str) {
+    let (runs, holds) = (runtime_cpus(shim, id), held(shim, id));
+    assert!(runs.is_subset(&holds), "runs on {runs}, holds {holds}");
+    assert!(
+        shim.shared().intersection(&holds).is_empty(),
+        "{holds} also in the shared pool {}",
+        shim.shared()
+    );
+}
+
+async fn until(what: &str, check: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A runtime that applies the update but answers after the kubelet's deadline: the grow is
+/// kept (the runtime may well run the container on the new CPUs), a shrink is undone (the
+/// container keeps holding what it may still run on); the kubelet's retry then completes each,
+/// and CPUs, pools and the checkpoint end where a plain grow and shrink leave them.
+#[tokio::test]
+async fn a_resize_cut_off_by_the_callers_deadline_leaves_nothing_half_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let id = running[0].id("main").to_string();
+    let placed = runtime_cpus(&shim, &id);
+    let shared = shim.shared();
+    let slow = std::time::Duration::from_millis(1500);
+    let deadline = std::time::Duration::from_millis(200);
+
+    shim.fake().state().slow_updates.insert(id.clone(), slow);
+    let err = kubelet
+        .resize_within(&id, &cpus(4), deadline)
+        .await
+        .unwrap_err();
+    // The client's own timer may fire first: the kubelet sees CANCELLED, numa-shim a hang-up.
+    assert!(
+        matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{err:?}"
+    );
+    until("the cut-off grow is settled", || {
+        resizes(&shim, "unanswered_kept") == 1
+    })
+    .await;
+    assert_eq!(runtime_cpus(&shim, &id).len(), 4, "the runtime applied it");
+    assert_eq!(held(&shim, &id), runtime_cpus(&shim, &id));
+    runs_on_its_own(&shim, &id);
+    // The kubelet retries at its next pod sync: numa-shim finds it applied.
+    shim.fake().state().slow_updates.clear();
+    kubelet.resize(&id, &cpus(4)).await.unwrap();
+    let grown = runtime_cpus(&shim, &id);
+    assert!(placed.is_subset(&grown) && grown.len() == 4, "{grown}");
+    assert_eq!(held(&shim, &id), grown);
+
+    shim.fake().state().slow_updates.insert(id.clone(), slow);
+    let err = kubelet
+        .resize_within(&id, &cpus(2), deadline)
+        .await
+        .unwrap_err();
+    // The client's own timer may fire first: the kubelet sees CANCELLED, numa-shim a hang-up.
+    assert!(
+        matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{err:?}"
+    );
+    until("the cut-off shrink is undone", || {
+        resizes(&shim, "rolled_back") == 1
+    })
+    .await;
+    assert_eq!(held(&shim, &id), grown, "it holds what it may still run on");
+    runs_on_its_own(&shim, &id);
+    shim.fake().state().slow_updates.clear();
+    kubelet.resize(&id, &cpus(2)).await.unwrap();
+    assert_eq!(runtime_cpus(&shim, &id), placed);
+    assert_eq!(held(&shim, &id), placed);
+    assert_eq!(shim.shared(), shared, "every CPU back");
+    assert_eq!(resizes(&shim, "applied"), 1, "the shrink's retry");
+}
+
+/// numa-shim killed while the runtime works on a resize (after the decision was written,
+/// before the runtime answered) and started again on its checkpoint: the container holds what
+/// it runs on, the kubelet's retry finds the resize applied, and a shrink back leaves every CPU
+/// and the checkpoint where they were.
+#[tokio::test]
+async fn a_resize_across_a_numa_shim_kill_leaves_nothing_half_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("pods-api.sock");
+    let api = PodsApi::default();
+    api.serve(&socket);
+    let setup = Setup::new(FOUR, "single-numa-node", "container").pods_api(&socket);
+    let mut shim = Shim::start(dir.path(), &setup).await;
+    api.add_bytes(app(2).pods_api_bytes());
+    let running = shim.kubelet().await.start_pod(&app(2)).await.unwrap();
+    let id = running.id("main").to_string();
+    let placed = runtime_cpus(&shim, &id);
+    let shared = shim.shared();
+    // One cycle first: the promised CPUs are recorded at the first resize.
+    let kubelet = shim.kubelet().await;
+    kubelet.resize(&id, &cpus(4)).await.unwrap();
+    kubelet.resize(&id, &cpus(2)).await.unwrap();
+    shim.started.placer.flush().await.unwrap();
+    let checkpoint = std::fs::read(dir.path().join("state/numa-shim-state.json")).unwrap();
+
+    for (to, n) in [(4, 4), (2, 2)] {
+        let updates = shim.fake().updates_for(&id).len();
+        shim.fake()
+            .state()
+            .slow_updates
+            .insert(id.clone(), std::time::Duration::from_secs(3));
+        let kubelet = shim.kubelet().await;
+        let target = id.clone();
+        let call = tokio::spawn(async move { kubelet.resize(&target, &cpus(to)).await });
+        until("the runtime received the resize", || {
+            shim.fake().updates_for(&id).len() > updates
+        })
+        .await;
+        let runtime = shim.kill();
+        let _ = call.await;
+        runtime.fake.state().slow_updates.clear();
+        shim = Shim::start_with(dir.path(), &setup, runtime).await;
+        assert!(
+            shim.started.recovery.from_checkpoint,
+            "{:?}",
+            shim.started.recovery
+        );
+        assert_eq!(runtime_cpus(&shim, &id).len(), n);
+        assert_eq!(held(&shim, &id), runtime_cpus(&shim, &id));
+        runs_on_its_own(&shim, &id);
+        // The kubelet got no answer and retries: nothing left to do.
+        shim.kubelet().await.resize(&id, &cpus(to)).await.unwrap();
+        assert_eq!(held(&shim, &id), runtime_cpus(&shim, &id));
+        assert_eq!(resizes(&shim, "applied"), 0, "found applied");
+    }
+    assert_eq!(runtime_cpus(&shim, &id), placed);
+    assert_eq!(shim.shared(), shared);
+    shim.started.placer.flush().await.unwrap();
+    let now = std::fs::read(dir.path().join("state/numa-shim-state.json")).unwrap();
+    assert_eq!(now.len(), checkpoint.len(), "checkpoint back to its size");
+}
+
+/// Memory under the Static Memory Manager (docs/resize.md §2): the kubelet's memory pass (new
+/// memory limit, current CPU values) of a classic Guaranteed container grows its blocks on the
+/// NUMA node it has while that node holds them (16Gi per node here), and is refused with
+/// RESOURCE_EXHAUSTED, nothing changed, once it does not. A pod-level budget's memory is not
+/// resized under the Static policy (refused with the reason).
+#[tokio::test]
+async fn static_memory_grows_only_while_the_pods_numa_node_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shim, _api, kubelet, running) = start(dir.path(), "container", &[&app(2)]).await;
+    let id = running[0].id("main").to_string();
+    let mems = shim.fake().resources(&id).cpuset_mems.clone();
+    let cpus_before = runtime_cpus(&shim, &id);
+
+    kubelet
+        .resize(&id, &Res::guaranteed(2000, 8 * GI))
+        .await
+        .unwrap();
+    assert_eq!(resizes(&shim, "applied"), 1);
+    let seen = shim.fake().updates_for(&id).pop().unwrap().linux.unwrap();
+    assert_eq!(seen.cpuset_mems, mems, "the memory stays on its node");
+    assert_eq!(runtime_cpus(&shim, &id), cpus_before, "the CPUs stay");
+
+    let before = snapshot(&shim);
+    let err = kubelet
+        .resize(&id, &Res::guaranteed(2000, 17 * GI))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("memory 8Gi → 17Gi"),
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("memory: "), "{}", err.message());
+    assert_eq!(snapshot(&shim), before, "nothing changed");
+
+    // A pod-level budget's memory.
+    let dir = tempfile::tempdir().unwrap();
+    let def = pod_def("web")
+        .pod_level(Res::guaranteed(4000, 4 * GI))
+        .container("main", Res::guaranteed(2000, 2 * GI))
+        .container("helper", Res::default());
+    let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
+    let err = kubelet
+        .resize_sandbox(&running[0].sandbox, &Res::guaranteed(4000, 6 * GI))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message()
+            .contains("resizing the memory of a pod-level budget under the Static Memory Manager is not supported yet"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(resizes(&shim, "refused"), 1);
+}

@@ -9,6 +9,7 @@
 
 mod errors;
 use numa_shim::testing::pods_api;
+mod resize;
 mod restart;
 mod runtimes;
 mod state;

@@ -163,6 +163,11 @@ impl Shim {
         self.process.restart().await;
     }
 
+    /// The numa-shim process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
     pub fn log_text(&self) -> String {
         self.process.log_text()
     }
@@ -369,6 +374,16 @@ impl Cri {
                 cpu_quota: quota,
                 ..Default::default()
             },
+        )
+        .await
+    }
+
+    /// An in-place resize as the kubelet's CPU pass sends it: UpdateContainerResources with
+    /// the CRI values of a Guaranteed container of `cpu_milli` and `memory` bytes.
+    pub async fn resize(&self, id: &str, cpu_milli: u64, memory: u64) -> Result<(), tonic::Status> {
+        self.update(
+            id,
+            resources(Some(cpu_milli), Some(cpu_milli), Some(memory)),
         )
         .await
     }

@@ -25,11 +25,11 @@ pub enum Outcome {
         name: String,
         decision: ContainerDecision,
     },
-    /// UpdateContainerResources / UpdatePodSandboxResources: an in-place resize the runtime
-    /// accepted (kept) or refused (undone).
+    /// UpdateContainerResources / UpdatePodSandboxResources: an in-place resize and how the
+    /// runtime answered it (kept or undone: `Placer::resize_done`).
     Resized {
         resized: Box<Resized>,
-        accepted: bool,
+        answer: ResizeAnswer,
     },
     /// RemoveContainer succeeded.
     ContainerRemoved { container: String },
@@ -39,13 +39,29 @@ pub enum Outcome {
     SandboxRemoved { sandbox: String },
 }
 
+/// How the runtime answered a resize, in the lifecycle's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeAnswer {
+    /// It applied the new resources.
+    Accepted,
+    /// It does not implement the call (containerd 2.4 answers UpdatePodSandboxResources
+    /// UNIMPLEMENTED, 2.2 UNKNOWN "not implemented"): the kubelet goes on and resizes the pod's
+    /// cgroup itself, so a pod budget's resize is kept.
+    NotImplemented,
+    /// The caller's deadline passed or it hung up before the runtime answered: the runtime may
+    /// have applied it.
+    CutOff,
+    /// It refused the call.
+    Refused,
+}
+
 impl Placer {
     /// Records what the runtime did with a forwarded call, has the state writer put it on disk
     /// (without waiting: what the runtime did is read back from it at start-up if numa-shim
     /// stops first) and wakes the pool updater if running containers may need new cpusets.
     pub async fn record(&self, outcome: Outcome) {
-        if let Outcome::Resized { resized, accepted } = &outcome {
-            self.resize_done(resized, *accepted);
+        if let Outcome::Resized { resized, answer } = &outcome {
+            self.resize_done(resized, *answer);
             return;
         }
         let (changed, pools) = self.record_outcome(outcome);

@@ -61,6 +61,20 @@ pub struct ResizeUndo {
     record: Option<(String, ContainerRecord)>,
     /// The resources before: what the core resizes back to when the node moved meanwhile.
     old: Resources,
+    /// The target holds every CPU it held before (and maybe more): kept when the runtime's
+    /// answer is unknown (see [`ResizeUndo::keep_unanswered`]).
+    grows: bool,
+}
+
+impl ResizeUndo {
+    /// Whether a resize whose runtime call was cut off (the caller's deadline passed or it hung
+    /// up, so the runtime may or may not have applied it) is kept rather than undone: the
+    /// side that holds more CPUs is kept, so whatever the runtime did, the container's CPUs
+    /// are numa-shim's — a grow stays (the kubelet retries the call and finds it applied), a
+    /// shrink is undone (its retry applies it again).
+    pub fn keep_unanswered(&self) -> bool {
+        self.grows
+    }
 }
 
 /// How an undo went.
@@ -116,12 +130,13 @@ impl Registry {
             name: record.name.clone(),
         };
         // Rule C2 (docs/pod-knowledge.md): a container of a pod-level budget sent exactly the
-        // budget's limits declared none of its own; the kubelet sends the same on a resize. A
-        // container that holds devices was given its own resources at creation (rule C4), so
-        // one whose current resources are none holds no devices.
-        let own_none = current == Resources::default()
-            && infer::container(&pod.spec, &record.name, cri, false).resources
-                == Resources::default();
+        // budget's limits declared none of its own, and keeps following the budget: the kubelet
+        // sends it the budget's limits on a resize, the new ones before the pod cgroup's on a
+        // shrink (containers first, then UpdatePodSandboxResources: docs/resize.md §1.2), so
+        // they may differ from the budget numa-shim holds. The budget is resized by
+        // UpdatePodSandboxResources only. A container that holds devices was given its own
+        // resources at creation (rule C4), so one whose current resources are none holds none.
+        let own_none = current == Resources::default() && pod.spec.resources.is_some();
         let new = if own_none {
             current.clone()
         } else {
@@ -155,6 +170,9 @@ impl Registry {
         }
         self.touch(&uid);
         let after = self.node.snapshot();
+        let grows = placed
+            .as_ref()
+            .is_some_and(|p| record.cpus.is_subset(&p.cpus));
         Ok(Some(Resized {
             pod_uid: uid,
             pod: label,
@@ -166,6 +184,7 @@ impl Registry {
                 spec,
                 record: Some((container_id.to_string(), record)),
                 old: current,
+                grows,
             })),
         }))
     }
@@ -194,7 +213,7 @@ impl Registry {
         let target = ResizeTarget::Pod {
             sandbox_id: sandbox_id.to_string(),
         };
-        let new = infer::resized(&current, cri);
+        let new = keep_cpu_guaranteed(&current, infer::resized(&current, cri));
         if new == current {
             return Ok(Some(Resized::unchanged(uid, label, target)));
         }
@@ -213,6 +232,7 @@ impl Registry {
                 keeps,
             });
         }
+        let grows = new.requests.cpu_milli >= current.requests.cpu_milli;
         if let Some(p) = self.pods.get_mut(&uid) {
             p.spec.resources = Some(new);
         }
@@ -228,6 +248,7 @@ impl Registry {
                 after,
                 spec,
                 record: None,
+                grows,
                 old: current,
             })),
         }))
@@ -274,6 +295,25 @@ impl Registry {
         self.touch(uid);
         how
     }
+}
+
+/// The kubelet writes a pod cgroup's CPU limit and request one at a time, each announced with
+/// its own UpdatePodSandboxResources (limit first on growth, request first on shrink:
+/// `doPodResizeAction`, docs/resize.md §1.2), so a Guaranteed budget's first call says
+/// requests ≠ limits. A resize never changes the QoS class (the API server refuses one that
+/// would), so for a budget whose CPU request equals its limit the value that moved is the new
+/// CPU of both: the budget is resized once, at the first call, and the second finds it done.
+fn keep_cpu_guaranteed(current: &Resources, mut new: Resources) -> Resources {
+    let (req, lim) = (current.requests.cpu_milli, current.limits.cpu_milli);
+    if req.is_none() || req != lim {
+        return new;
+    }
+    match (new.requests.cpu_milli != req, new.limits.cpu_milli != lim) {
+        (true, false) => new.limits.cpu_milli = new.requests.cpu_milli,
+        (false, true) => new.requests.cpu_milli = new.limits.cpu_milli,
+        _ => {}
+    }
+    new
 }
 
 /// `cpu 2 → 4, memory 2Gi → 4Gi` (requests), the parts that change.

@@ -215,6 +215,17 @@ impl Shim {
         self.runtime
     }
 
+    /// Kills numa-shim as a SIGKILL would: the relay and the background tasks end where they
+    /// are, nothing more is written (calls in flight are cut off at the runtime); the fake
+    /// runtime keeps running and is handed back.
+    pub fn kill(mut self) -> Runtime {
+        if let Some((_, task)) = self.relay.take() {
+            task.abort();
+        }
+        self.started.stop();
+        self.runtime
+    }
+
     /// The node shared pool as numa-shim sees it now.
     pub fn shared(&self) -> CpuSet {
         self.started.placer.registry().node().shared_cpus()
@@ -386,6 +397,26 @@ impl Kubelet {
         .await
     }
 
+    /// [`Kubelet::resize`] with the caller's deadline `timeout` (`grpc-timeout`).
+    pub async fn resize_within(
+        &self,
+        id: &str,
+        res: &crate::testing::e2e::kubelet::Res,
+        timeout: Duration,
+    ) -> Result<(), Status> {
+        let mut request = tonic::Request::new(cri::UpdateContainerResourcesRequest {
+            container_id: id.to_string(),
+            linux: Some(res.linux()),
+            ..Default::default()
+        });
+        request.set_timeout(timeout);
+        self.client
+            .clone()
+            .update_container_resources(request)
+            .await
+            .map(|_| ())
+    }
+
     /// UpdatePodSandboxResources with the pod cgroup values of budget `res`.
     pub async fn resize_sandbox(
         &self,
@@ -401,5 +432,28 @@ impl Kubelet {
             })
             .await
             .map(|_| ())
+    }
+
+    /// A pod-level CPU resize from budget `from` to `to` as the kubelet v1.37 actuates it
+    /// (`doPodResizeAction`'s `setPodCgroupConfig`): one UpdatePodSandboxResources per pod
+    /// cgroup value, the limit (quota) before the request (shares) on growth, the request
+    /// before the limit on shrink; each call carries the values set so far.
+    pub async fn resize_sandbox_in_passes(
+        &self,
+        sandbox: &str,
+        from: &crate::testing::e2e::kubelet::Res,
+        to: &crate::testing::e2e::kubelet::Res,
+    ) -> Result<(), Status> {
+        let mut now = *from;
+        let grow = to.cpu_lim.unwrap_or(0) > from.cpu_lim.unwrap_or(0);
+        for limit_pass in if grow { [true, false] } else { [false, true] } {
+            if limit_pass {
+                now.cpu_lim = to.cpu_lim;
+            } else {
+                now.cpu_req = to.cpu_req;
+            }
+            self.resize_sandbox(sandbox, &now).await?;
+        }
+        Ok(())
     }
 }

@@ -46,6 +46,11 @@ pub struct State {
     pub fail_containers: BTreeSet<String>,
     /// Container ids whose UpdateContainerResources fails (after being received).
     pub fail_updates: BTreeSet<String>,
+    /// Container ids whose UpdateContainerResources is applied at once but answered only after
+    /// this long (a runtime that wrote the cgroups and is slow to say so).
+    pub slow_updates: BTreeMap<String, std::time::Duration>,
+    /// UpdatePodSandboxResources answers UNIMPLEMENTED (as containerd 2.4 does).
+    pub sandbox_updates_unimplemented: bool,
     /// UpdatePodSandboxResources requests as received, in order.
     pub sandbox_updates: Vec<cri::UpdatePodSandboxResourcesRequest>,
     /// Where the fake kernel's cgroup and proc trees are (`cg/`, `proc/`), if it plays one.
@@ -431,29 +436,35 @@ impl RuntimeService for Fake {
         request: Request<cri::UpdateContainerResourcesRequest>,
     ) -> Result<Response<cri::UpdateContainerResourcesResponse>, Status> {
         let req = request.into_inner();
-        let mut state = self.state();
-        state.updates.push(req.clone());
-        if state.fail_updates.contains(&req.container_id) {
-            return Err(Status::internal(format!(
-                "e2e-fake: update of container {} fails",
-                req.container_id
-            )));
+        let slow = {
+            let mut state = self.state();
+            state.updates.push(req.clone());
+            if state.fail_updates.contains(&req.container_id) {
+                return Err(Status::internal(format!(
+                    "e2e-fake: update of container {} fails",
+                    req.container_id
+                )));
+            }
+            let held = state.containers.get_mut(&req.container_id).ok_or_else(|| {
+                Status::not_found(format!("container {} not found", req.container_id))
+            })?;
+            if let Some(linux) = req.linux {
+                if !linux.cpuset_cpus.is_empty() {
+                    held.resources.cpuset_cpus = linux.cpuset_cpus;
+                }
+                if !linux.cpuset_mems.is_empty() {
+                    held.resources.cpuset_mems = linux.cpuset_mems;
+                }
+                if linux.cpu_quota != 0 {
+                    held.resources.cpu_quota = linux.cpu_quota;
+                }
+            }
+            state.write_cgroup(&req.container_id);
+            state.slow_updates.get(&req.container_id).copied()
+        };
+        if let Some(slow) = slow {
+            tokio::time::sleep(slow).await;
         }
-        let held = state.containers.get_mut(&req.container_id).ok_or_else(|| {
-            Status::not_found(format!("container {} not found", req.container_id))
-        })?;
-        if let Some(linux) = req.linux {
-            if !linux.cpuset_cpus.is_empty() {
-                held.resources.cpuset_cpus = linux.cpuset_cpus;
-            }
-            if !linux.cpuset_mems.is_empty() {
-                held.resources.cpuset_mems = linux.cpuset_mems;
-            }
-            if linux.cpu_quota != 0 {
-                held.resources.cpu_quota = linux.cpu_quota;
-            }
-        }
-        state.write_cgroup(&req.container_id);
         Ok(Response::new(cri::UpdateContainerResourcesResponse {}))
     }
 
@@ -464,6 +475,11 @@ impl RuntimeService for Fake {
         let req = request.into_inner();
         let mut state = self.state();
         state.sandbox_updates.push(req.clone());
+        if state.sandbox_updates_unimplemented {
+            return Err(Status::unimplemented(
+                "unknown method UpdatePodSandboxResources for service runtime.v1.RuntimeService",
+            ));
+        }
         if !state.sandboxes.contains_key(&req.pod_sandbox_id) {
             return Err(Status::not_found(format!(
                 "sandbox {} not found",
