@@ -153,10 +153,16 @@ impl Bound {
     }
 }
 
+/// The inode at `path` now, if there is a file (a socket replaced by a restarted peer has
+/// another one).
+pub fn inode_of(path: &Path) -> Option<u64> {
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
+}
+
 /// Removes `path` only if it is still the inode `inode`; returns whether it did.
 pub fn remove_if_same(path: &Path, inode: u64) -> bool {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.ino() == inode => match std::fs::remove_file(path) {
+    match inode_of(path) {
+        Some(now) if now == inode => match std::fs::remove_file(path) {
             Ok(()) => true,
             Err(e) => {
                 warn!(socket = %path.display(), error = %e, "cannot remove socket");

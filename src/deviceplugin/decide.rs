@@ -266,25 +266,24 @@ impl Chooser {
             })
             .collect();
         facts.in_use.insert(wanted.resource.clone(), busy);
-        let mut node = placer.registry().node().clone();
         let spec = pod.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            node.set_claims(claims);
-            node.admit_with_devices(&spec, facts).map(|_| {
-                let names = spec
-                    .init_containers
-                    .iter()
-                    .chain(&spec.containers)
-                    .map(|c| c.name.clone());
-                names
-                    .map(|n| {
-                        let held = node.device_manager().container_devices(&spec.uid, &n);
-                        (n, held)
-                    })
-                    .collect::<BTreeMap<_, _>>()
+        let decided = placer
+            .dry_run("GetPreferredAllocation", move |registry| {
+                let mut node = registry.into_node();
+                node.set_claims(claims);
+                node.admit_with_devices(&spec, facts).map(|_| {
+                    spec.init_containers
+                        .iter()
+                        .chain(&spec.containers)
+                        .map(|c| {
+                            let held = node.device_manager().container_devices(&spec.uid, &c.name);
+                            (c.name.clone(), held)
+                        })
+                        .collect::<BTreeMap<_, _>>()
+                })
             })
-        });
-        match task.await {
+            .await;
+        match decided {
             Ok(Ok(decided)) => Ok(decided),
             Ok(Err(err)) => Err(format!(
                 "numa-shim's admission refuses pod {}/{} ({}: {err}); it is refused at RunPodSandbox",

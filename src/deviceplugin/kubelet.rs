@@ -5,7 +5,6 @@
 //! watcher (serve `<pluginsRegistry>/<socket>` with the plugin watcher's Registration service
 //! beside the DevicePlugin one; the kubelet finds it there, also after its restart).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +15,7 @@ use tonic::transport::Server;
 use tracing::{debug, info, warn};
 
 use super::front::{socket_name, Facing, Resource, Shared, VERSION};
-use crate::listen::SocketOptions;
+use crate::listen::{inode_of as inode, SocketOptions};
 use crate::proto::deviceplugin::v1beta1 as dp;
 use crate::proto::pluginregistration::v1 as reg;
 use crate::transport::unix_channel;
@@ -74,11 +73,6 @@ impl reg::registration_server::Registration for WatcherInfo {
         }
         Ok(tonic::Response::new(reg::RegistrationStatusResponse {}))
     }
-}
-
-/// The inode of a file, if it is there.
-fn inode(path: &Path) -> Option<u64> {
-    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
 }
 
 /// Serves `resource` to the kubelet until `stop`: binds numa-shim's endpoint, registers it, and

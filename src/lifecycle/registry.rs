@@ -175,6 +175,11 @@ impl Registry {
         &self.node
     }
 
+    /// The decision core alone, for a decision that is thrown away ([`crate::lifecycle::Placer::dry_run`]).
+    pub fn into_node(self) -> Node {
+        self.node
+    }
+
     pub fn pods(&self) -> &BTreeMap<String, PodRecord> {
         &self.pods
     }

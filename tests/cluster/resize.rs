@@ -75,6 +75,31 @@ async fn wait_actuated(c: &Cluster, pod: &str, cpu: &str) -> Value {
     }
 }
 
+/// Waits until the kubelet reports `cpu` as the pod's budget in its status resources and no
+/// resize is pending or in progress.
+async fn wait_budget_actuated(c: &Cluster, pod: &str, cpu: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let p = pod_json(c, pod);
+        let status = p["status"]["resources"]["limits"]["cpu"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if status == cpu && resize_conditions(&p).is_empty() {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{pod}: status resources {} (want {cpu}), conditions {:?}\nnuma-shim log:\n{}\nkubelet log:\n{}",
+            p["status"]["resources"],
+            resize_conditions(&p),
+            super::rk::tail(&c.shim.log_text(), 20),
+            super::rk::tail(&c.kubelet.log_text(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn placed(view: &PlacementView, pod: &str) -> (String, bool) {
     let p = view
         .pods
@@ -241,26 +266,7 @@ async fn kubectl_resize_of_a_pod_level_budget() {
         if !patch_budget(&c, "budget", cpu) {
             return;
         }
-        let deadline = Instant::now() + Duration::from_secs(90);
-        let p = loop {
-            let p = pod_json(&c, "budget");
-            let status = p["status"]["resources"]["limits"]["cpu"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if status == cpu && resize_conditions(&p).is_empty() {
-                break p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "budget: status resources {} (want {cpu}), conditions {:?}\nnuma-shim log:\n{}\nkubelet log:\n{}",
-                p["status"]["resources"],
-                resize_conditions(&p),
-                super::rk::tail(&c.shim.log_text(), 20),
-                super::rk::tail(&c.kubelet.log_text(), 30)
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        };
+        let p = wait_budget_actuated(&c, "budget", cpu).await;
         eprintln!(
             "after the resize to {cpu}: status.resources {} containerStatuses {}",
             p["status"]["resources"], p["status"]["containerStatuses"][0]["resources"]
@@ -353,26 +359,7 @@ async fn kubectl_resize_grows_and_shrinks_a_pod_pool() {
         if !patch_budget(&c, "pool", cpu) {
             return;
         }
-        let deadline = Instant::now() + Duration::from_secs(90);
-        let p = loop {
-            let p = pod_json(&c, "pool");
-            let status = p["status"]["resources"]["limits"]["cpu"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if status == cpu && resize_conditions(&p).is_empty() {
-                break p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pool: status resources {} (want {cpu}), conditions {:?}\nnuma-shim log:\n{}\nkubelet log:\n{}",
-                p["status"]["resources"],
-                resize_conditions(&p),
-                super::rk::tail(&c.shim.log_text(), 20),
-                super::rk::tail(&c.kubelet.log_text(), 30)
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        };
+        let p = wait_budget_actuated(&c, "pool", cpu).await;
         eprintln!(
             "after the resize to {cpu}: status.resources {}",
             p["status"]["resources"]

@@ -88,14 +88,7 @@ impl Placer {
                 let out = job(&mut copy);
                 (copy, out, started.elapsed())
             });
-            let (copy, out, took) = task.await.map_err(|e| {
-                let reason = if e.is_panic() {
-                    panic_message(e.into_panic())
-                } else {
-                    e.to_string()
-                };
-                self.failed(what, reason)
-            })?;
+            let (copy, out, took) = task.await.map_err(|e| self.lost(what, e))?;
             let mut registry = self.registry();
             if self.epoch() == epoch {
                 *registry = copy;
@@ -115,6 +108,36 @@ impl Placer {
         Err(DecideError::Busy {
             attempts: DECIDE_ATTEMPTS,
         })
+    }
+
+    /// A decision that changes nothing: `look` gets a copy of the registry on a blocking thread,
+    /// one decision at a time as in [`Self::decide`], and the copy is thrown away (the device
+    /// plugin front's dry-run admission). A panic is [`DecideError::Failed`].
+    pub async fn dry_run<T, F>(&self, what: &'static str, look: F) -> Result<T, DecideError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Registry) -> T + Send + 'static,
+    {
+        let permit = self.permit().await?;
+        let copy = self.registry().clone();
+        let hook = self.hook();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            hook(what);
+            look(copy)
+        })
+        .await
+        .map_err(|e| self.lost(what, e))
+    }
+
+    /// A decision's thread that did not come back (it panicked or was lost).
+    fn lost(&self, what: &str, e: tokio::task::JoinError) -> DecideError {
+        let reason = if e.is_panic() {
+            panic_message(e.into_panic())
+        } else {
+            e.to_string()
+        };
+        self.failed(what, reason)
     }
 
     /// A decision shown to be quick, made under the registry lock (on a copy, so that a panic
