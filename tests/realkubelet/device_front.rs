@@ -12,6 +12,13 @@
 //! Without the front (`NUMA_SHIM_IT_NO_FRONT=1`: the plugin registered with the kubelet
 //! directly) the kubelet's device manager gives pod B gpu0, the first device, and numa-shim
 //! refuses the pod (gpu0's node has no free CPU): the test fails there.
+//!
+//! On a kubelet without the Pods API (before 1.36) and without an API server numa-shim has no
+//! pod spec when the kubelet asks the front (docs/devices.md, "The device plugin front"): the
+//! test then shows the documented fallback instead. Pod A, one container asking exactly the
+//! sandbox's resources, is read as a container without resources of its own (pod-knowledge.md,
+//! rule C2) and runs in the shared pool; the front answers what the kubelet would choose with the
+//! topology visible (gpu0, the first narrowest node), and pod B gets CPU 0 beside it.
 
 use super::devices::{cpu_ids, devices, wait_kubelet_gpus};
 use super::*;
@@ -96,6 +103,10 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
     let kubelet_nodes: Vec<Vec<i64>> = devices(&theirs).into_iter().map(|d| d.2).collect();
     if front {
         assert!(kubelet_nodes.iter().all(Vec::is_empty), "{theirs}");
+    }
+
+    if !env.has_pods_api() {
+        return without_pod_specs(&env, rig, plugin, front).await;
     }
 
     // Pod A: node 0's CPU.
@@ -236,4 +247,51 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
         drop(rig);
     }
     eprintln!("device front test: {:?}", started.elapsed());
+}
+
+/// The fallback on a kubelet whose pod specs numa-shim infers from CRI (see the module doc).
+async fn without_pod_specs(env: &Env, rig: Rig, plugin: DevicePlugin, front: bool) {
+    rig.kubelet.add("a.yaml", &pod("a", &env.image, 0));
+    rig.kubelet.wait_running(&["a"], &[]).await;
+    let seen = wait_cpus(env, &rig.kubelet, "a", "0-1").await;
+    assert_eq!(
+        seen["app"].cpus, "0-1",
+        "rule C2, the shared pool: {seen:?}"
+    );
+    rig.kubelet.add("b.yaml", &pod("b", &env.image, 1));
+    rig.kubelet.wait_running(&["a", "b"], &[]).await;
+    let name = rig.kubelet.pod_named("b").unwrap()["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
+    let app = &ours["pod_resources"]["containers"][0];
+    assert_eq!(
+        devices(app),
+        [(
+            "example.com/gpu".to_string(),
+            vec!["gpu0".to_string()],
+            vec![0]
+        )],
+        "{ours}"
+    );
+    assert_eq!(cpu_ids(&app["cpu_ids"]), [0], "{ours}");
+    let seen = wait_cpus(env, &rig.kubelet, "b", "0").await;
+    assert_eq!(seen["app"].cpus, "0", "{seen:?}");
+    let seen = wait_cpus(env, &rig.kubelet, "a", "1").await;
+    assert_eq!(
+        seen["app"].cpus, "1",
+        "pod A's shared pool without CPU 0: {seen:?}"
+    );
+    if front {
+        let log = rig.shim.log_text();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("preferred allocation is the kubelet's own choice")),
+            "{}",
+            tail(&log, 30)
+        );
+    }
+    drop(plugin);
+    drop(rig);
 }
