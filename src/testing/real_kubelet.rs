@@ -341,6 +341,18 @@ impl Kubelet {
         self.pods().into_iter().find(|p| short_name(p) == name)
     }
 
+    /// The full name of the kubelet's pod whose manifest name is `name` (`<name>-<node>`);
+    /// panics when the kubelet has no such pod.
+    pub fn full_name(&self, name: &str) -> String {
+        let pod = self
+            .pod_named(name)
+            .unwrap_or_else(|| panic!("the kubelet has no pod {name}"));
+        pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// Waits until every pod in `names` runs with every container ready, and no other pod of
     /// `gone` is left.
     pub async fn wait_running(&self, names: &[&str], gone: &[&str]) {

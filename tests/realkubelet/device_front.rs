@@ -142,10 +142,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let name = rig.kubelet.pod_named("b").unwrap()["metadata"]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let name = rig.kubelet.full_name("b");
 
     // The kubelet gave it gpu1 (its PodResources, without topology behind the front).
     let theirs = podresources(
@@ -162,15 +159,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
     // numa-shim's PodResources: gpu1 on node 1 beside CPU 1.
     let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
     let app = &ours["pod_resources"]["containers"][0];
-    assert_eq!(
-        devices(app),
-        [(
-            "example.com/gpu".to_string(),
-            vec!["gpu1".to_string()],
-            vec![1]
-        )],
-        "{ours}"
-    );
+    assert_eq!(devices(app), one_gpu("gpu1", 1), "{ours}");
     assert_eq!(cpu_ids(&app["cpu_ids"]), [1], "{ours}");
     // `/placement`: the pod's container on CPU 1 with gpu1, gpu1 listed on node 1.
     let view = rig.shim.placement();
@@ -260,21 +249,10 @@ async fn without_pod_specs(env: &Env, rig: Rig, plugin: DevicePlugin, front: boo
     );
     rig.kubelet.add("b.yaml", &pod("b", &env.image, 1));
     rig.kubelet.wait_running(&["a", "b"], &[]).await;
-    let name = rig.kubelet.pod_named("b").unwrap()["metadata"]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let name = rig.kubelet.full_name("b");
     let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
     let app = &ours["pod_resources"]["containers"][0];
-    assert_eq!(
-        devices(app),
-        [(
-            "example.com/gpu".to_string(),
-            vec!["gpu0".to_string()],
-            vec![0]
-        )],
-        "{ours}"
-    );
+    assert_eq!(devices(app), one_gpu("gpu0", 0), "{ours}");
     assert_eq!(cpu_ids(&app["cpu_ids"]), [0], "{ours}");
     let seen = wait_cpus(env, &rig.kubelet, "b", "0").await;
     assert_eq!(seen["app"].cpus, "0", "{seen:?}");
@@ -294,4 +272,13 @@ async fn without_pod_specs(env: &Env, rig: Rig, plugin: DevicePlugin, front: boo
     }
     drop(plugin);
     drop(rig);
+}
+
+/// `devices()` of a container holding one `example.com/gpu`, `id` on NUMA node `numa`.
+fn one_gpu(id: &str, numa: i64) -> Vec<(String, Vec<String>, Vec<i64>)> {
+    vec![(
+        "example.com/gpu".to_string(),
+        vec![id.to_string()],
+        vec![numa],
+    )]
 }

@@ -137,10 +137,7 @@ async fn device_plugin_device_beside_numa_shims_cpus_and_the_plugin_killed() {
     assert!(node.file_type().is_char_device(), "{node:?}");
 
     // numa-shim's PodResources: the device beside numa-shim's CPU and memory, one NUMA node.
-    let name = rig.kubelet.pod_named("gpu").unwrap()["metadata"]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let name = rig.kubelet.full_name("gpu");
     let got = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
     let app = &got["pod_resources"]["containers"][0];
     assert_eq!(app["name"], "app", "{got}");
