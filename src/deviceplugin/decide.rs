@@ -47,7 +47,7 @@ pub struct Chooser {
     /// being admitted (a pod numa-shim refused at RunPodSandbox keeps them and stays pending).
     kubelet: Option<Arc<crate::podresources::KubeletSource>>,
     /// The kubelet's Pods API socket: its `ListPods` has the pod being admitted, which the
-    /// watch stream delivers only after admission.
+    /// watch stream delivers only after admission, and no pod the kubelet has deleted.
     pods_api: Option<std::path::PathBuf>,
     memo: Mutex<HashMap<String, Memo>>,
     pod_wait: Duration,
@@ -184,15 +184,15 @@ impl Chooser {
             if let Some(socket) = &self.pods_api {
                 match crate::knowledge::pods_api::list_pods(socket, Duration::from_secs(1)).await {
                     Ok(listed) => {
+                        // The kubelet's pods now are the truth: a pod it deleted (terminating,
+                        // or its deletion not yet through the watch) is not being admitted.
                         let registry = placer.registry();
-                        for (spec, meta) in listed {
-                            let admitted = registry.pods().get(&spec.uid).is_some_and(|r| r.active);
-                            if admitted {
-                                continue;
-                            }
-                            pods.retain(|(p, _)| p.uid != spec.uid);
-                            pods.push((spec, meta));
-                        }
+                        pods = listed
+                            .into_iter()
+                            .filter(|(spec, _)| {
+                                registry.pods().get(&spec.uid).is_none_or(|r| !r.active)
+                            })
+                            .collect();
                     }
                     Err(status) => {
                         tracing::debug!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api ListPods did not answer; pods from the watched sources only")

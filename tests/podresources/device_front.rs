@@ -269,3 +269,91 @@ async fn without_numa_shims_decision_the_answer_is_the_kubelets_own_gpu0() {
         .into_inner();
     assert_eq!(answer.container_responses[0].device_i_ds, ["gpu0"]);
 }
+
+/// The pod being admitted is one the kubelet lists now: a pod numa-shim still knows but the
+/// kubelet has deleted (its spec not yet dropped by the watch) is not it, though it is older
+/// and asks the same device.
+#[tokio::test]
+async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
+    use numa_shim::placement::device::Device;
+    use numa_shim::proto::podsapi::core_v1;
+    use numa_shim::testing::pods_api::PodsApi;
+
+    let state = tempfile::tempdir().unwrap();
+    let meta = |created| PodMeta {
+        created: Some(created),
+        finished: false,
+    };
+    let mut gone = pod_b();
+    gone.uid = "gone".into();
+    gone.name = "gone".into();
+    let (placer, _cache) = placer_knowing(state.path(), vec![(gone, meta(1000))]);
+
+    // The kubelet's Pods API lists pod C only.
+    let q = |v: &str| core_v1::Quantity {
+        string: Some(v.into()),
+    };
+    let limits: std::collections::HashMap<String, core_v1::Quantity> = [
+        ("cpu".to_string(), q("1")),
+        ("memory".to_string(), q("1Gi")),
+        (GPU.to_string(), q("1")),
+    ]
+    .into();
+    let pod_c = core_v1::Pod {
+        metadata: Some(core_v1::ObjectMeta {
+            name: Some("c".into()),
+            namespace: Some("ns".into()),
+            uid: Some("c".into()),
+            creation_timestamp: None,
+        }),
+        spec: Some(core_v1::PodSpec {
+            containers: vec![core_v1::Container {
+                name: Some("app".into()),
+                resources: Some(core_v1::ResourceRequirements {
+                    limits: limits.clone(),
+                    requests: limits,
+                }),
+                restart_policy: None,
+            }],
+            node_name: Some("node".into()),
+            init_containers: vec![],
+            resources: None,
+        }),
+        status: Some(core_v1::PodStatus {
+            phase: Some("Pending".into()),
+        }),
+    };
+    let api = PodsApi::default();
+    api.add(&pod_c);
+    let socket = state.path().join("pods-api.sock");
+    let served = api.serve(&socket);
+
+    let chooser = Chooser::new(Some(placer))
+        .with_pods_api(socket)
+        .pod_wait(Duration::from_millis(300));
+    let devices = [
+        Device {
+            id: "gpu0".into(),
+            numa_nodes: vec![0],
+        },
+        Device {
+            id: "gpu1".into(),
+            numa_nodes: vec![1],
+        },
+    ];
+    let wanted = deviceplugin::choice::Wanted {
+        resource: GPU.into(),
+        available: ["gpu0".to_string(), "gpu1".to_string()].into(),
+        must: Default::default(),
+        size: 1,
+    };
+    let (_, answered) = chooser.choose(&devices, &wanted).await;
+    assert_eq!(
+        answered,
+        deviceplugin::Answered::Decision {
+            pod: "ns/c".into(),
+            container: "app".into()
+        }
+    );
+    served.abort();
+}
