@@ -18,7 +18,12 @@
 # it_teardown through IT_TEARDOWN_FIRST):
 #   - kernel tunables (setupKernelTunables: vm.overcommit_memory, kernel.panic, ...): saved
 #     before the first kubelet of any harness starts, restored when the last one is cleaned
-#     (shared record under IT_SYSCTL_DIR, one user file per IT_RUN);
+#     (shared record under IT_HOST_DIR, one user file per IT_RUN);
+#   - the device manager's directory, /var/lib/kubelet/device-plugins (its registration socket
+#     and its checkpoint of which pod holds which device: a path compiled into the kubelet, not
+#     under --root-dir): what was there moved aside before the first kubelet starts and put back
+#     after the last; cleaned whenever a kubelet is, so the next one never reads an earlier
+#     kubelet's device assignments (a static pod's UID repeats with its manifest);
 #   - /var/log/containers (symlinks to its pod logs): its links removed, the directory too if
 #     the harness made it and it is empty.
 # makeIPTablesUtilChains: false keeps it off iptables; no kubeconfig keeps it off the network.
@@ -29,7 +34,9 @@ IT_KUBELET_VERSIONS=(v1.34.4 v1.35.4 v1.36.3 v1.37.2)
 # shellcheck disable=SC2034
 IT_KUBELET_CI_VERSIONS=(v1.37.2 v1.34.4)
 IT_KUBELET_VERSION=${IT_KUBELET_VERSION:-v1.37.2}
-IT_SYSCTL_DIR=${IT_SYSCTL_DIR:-/run/numa-shim-it-sysctl}
+IT_HOST_DIR=${IT_HOST_DIR:-/run/numa-shim-it-host}
+# The kubelet's device manager directory (pluginapi.DevicePluginPath).
+IT_DEVICE_PLUGINS_DIR=/var/lib/kubelet/device-plugins
 # The tunables the kubelet sets at start (pkg/kubelet/cm/container_manager_linux.go).
 _IT_KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
     kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
@@ -144,37 +151,57 @@ _it_remove_cgroup() {
     done < <(_it_cgroup_mounts)
 }
 
-# _it_sysctl_hold: records the kernel tunables the kubelet changes (first harness only) and this
-# harness as one of their users.
-_it_sysctl_hold() {
-    mkdir -p "$IT_SYSCTL_DIR/users"
+# _it_host_hold: records what the kubelet changes on the host (first harness only: the kernel
+# tunables; the device manager's directory, its files moved aside) and this harness as one of
+# their users.
+_it_host_hold() {
+    mkdir -p "$IT_HOST_DIR/users"
     (
         flock 9
-        if [[ ! -f $IT_SYSCTL_DIR/saved ]]; then
-            local k
+        if [[ ! -f $IT_HOST_DIR/saved ]]; then
+            local k d
             for k in "${_IT_KUBELET_SYSCTLS[@]}"; do
                 printf '%s=%s\n' "$k" "$(sysctl -n "$k")"
-            done >"$IT_SYSCTL_DIR/saved"
+            done >"$IT_HOST_DIR/saved.tmp"
+            mkdir -p "$IT_HOST_DIR/device-plugins"
+            for d in /var/lib/kubelet "$IT_DEVICE_PLUGINS_DIR"; do
+                [[ -d $d ]] || echo "$d"
+            done >"$IT_HOST_DIR/made-dirs"
+            mkdir -p "$IT_DEVICE_PLUGINS_DIR"
+            find "$IT_DEVICE_PLUGINS_DIR" -mindepth 1 -maxdepth 1 -exec mv -t "$IT_HOST_DIR/device-plugins" {} +
+            mv "$IT_HOST_DIR/saved.tmp" "$IT_HOST_DIR/saved"
         fi
-        : >"$IT_SYSCTL_DIR/users/$IT_CG"
-    ) 9>"$IT_SYSCTL_DIR/lock"
+        : >"$IT_HOST_DIR/users/$IT_CG"
+    ) 9>"$IT_HOST_DIR/lock"
 }
 
-# _it_sysctl_release: this harness no longer runs a kubelet; the last user puts the saved
-# tunables back.
-_it_sysctl_release() {
-    [[ -f $IT_SYSCTL_DIR/users/$IT_CG ]] || return 0
+# _it_device_plugins_clear: removes what the harness's kubelets left in the device manager's
+# directory (only while the host record holds it: never a foreign kubelet's files).
+_it_device_plugins_clear() {
+    [[ -f $IT_HOST_DIR/saved ]] || return 0
+    find "$IT_DEVICE_PLUGINS_DIR" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
+}
+
+# _it_host_release: this harness no longer runs a kubelet; the last user puts the saved
+# tunables and the device manager's files back and removes the directories the record made.
+_it_host_release() {
+    [[ -f $IT_HOST_DIR/users/$IT_CG ]] || return 0
     (
         flock 9
-        rm -f "$IT_SYSCTL_DIR/users/$IT_CG"
-        if [[ -z $(ls -A "$IT_SYSCTL_DIR/users") && -f $IT_SYSCTL_DIR/saved ]]; then
-            local kv
+        rm -f "$IT_HOST_DIR/users/$IT_CG"
+        if [[ -z $(ls -A "$IT_HOST_DIR/users") && -f $IT_HOST_DIR/saved ]]; then
+            local kv d
             while read -r kv; do
                 [[ $(sysctl -n "${kv%%=*}") == "${kv#*=}" ]] || sysctl -qw "$kv"
-            done <"$IT_SYSCTL_DIR/saved"
-            rm -rf "$IT_SYSCTL_DIR"
+            done <"$IT_HOST_DIR/saved"
+            _it_device_plugins_clear
+            find "$IT_HOST_DIR/device-plugins" -mindepth 1 -maxdepth 1 -exec mv -t "$IT_DEVICE_PLUGINS_DIR" {} +
+            while read -r d; do
+                rmdir "$d" 2>/dev/null
+            done < <(sort -r "$IT_HOST_DIR/made-dirs")
+            rm -rf "$IT_HOST_DIR"
         fi
-    ) 9>"$IT_SYSCTL_DIR/lock"
+    ) 9>"$IT_HOST_DIR/lock"
 }
 
 # it_kubelet_start NAME [OPTIONS]: writes the kubelet's files (it_kubelet_config) and starts it;
@@ -279,7 +306,7 @@ EOF
     _it_make_cgroup "/$IT_CG/kubelet-$name"
     [[ -e /var/log/containers || -e $IT_RUN/made-var-log-containers ]] ||
         { mkdir -p /var/log/containers && : >"$IT_RUN/made-var-log-containers"; }
-    _it_sysctl_hold
+    _it_host_hold
     local cmd=("$bin" --config "$kdir/config.yaml" --config-dir "$kdir/config.d"
         --root-dir "$kdir/root" --cert-dir "$kdir/certs" --v=2)
     [[ -n $kubeconfig ]] && cmd+=(--kubeconfig "$kubeconfig")
@@ -378,6 +405,7 @@ _it_kubelet_clean() {
         done
     fi
     _it_remove_cgroup "/$IT_CG/kubelet-$name"
+    _it_device_plugins_clear
     find /var/log/containers -maxdepth 1 -type l -lname "$kdir/logs/*" -delete 2>/dev/null
     while read -r m; do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
@@ -388,7 +416,7 @@ _it_kubelet_clean() {
 
 # _it_kubelet_host_restore: no kubelet left in this harness: host changes put back.
 _it_kubelet_host_restore() {
-    _it_sysctl_release
+    _it_host_release
     if [[ -f $IT_RUN/made-var-log-containers ]]; then
         rmdir /var/log/containers 2>/dev/null
         rm -f "$IT_RUN/made-var-log-containers"

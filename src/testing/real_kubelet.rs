@@ -372,9 +372,10 @@ impl Kubelet {
             }
             assert!(
                 Instant::now() < deadline,
-                "pods {names:?} not running (or {gone:?} not gone): {}\nkubelet log tail:\n{}",
+                "pods {names:?} not running (or {gone:?} not gone): {}\nkubelet's admission lines:\n{}\nkubelet log tail:\n{}",
                 serde_json::to_string_pretty(&pods.iter().map(status_line).collect::<Vec<_>>())
                     .unwrap(),
+                admission_lines(&self.log_text()),
                 tail(&self.log_text(), 30)
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -403,6 +404,26 @@ impl Drop for Kubelet {
             .stdin(Stdio::null())
             .output();
     }
+}
+
+/// The kubelet's device manager checkpoint: a path compiled into every kubelet, outside its
+/// `--root-dir`, so the harness clears it with each kubelet (`integration/lib/kubelet.sh`).
+pub const DEVICE_CHECKPOINT: &str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
+
+/// Panics when the device manager's checkpoint holds pod entries while this test's kubelet has
+/// just started and no device plugin has registered yet: they are an earlier kubelet's device
+/// assignments, which this kubelet would take as its own (a static pod's UID repeats with its
+/// manifest).
+pub fn assert_no_earlier_device_assignments() {
+    let text = std::fs::read_to_string(DEVICE_CHECKPOINT).unwrap_or_default();
+    let entries = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)["Data"]
+        ["PodDeviceEntries"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(
+        entries, 0,
+        "a new kubelet starts with an earlier kubelet's device assignments in {DEVICE_CHECKPOINT}: {text}"
+    );
 }
 
 /// A static pod's name without the `-<node>` suffix the kubelet adds.
@@ -437,6 +458,7 @@ fn status_line(pod: &Value) -> Value {
         "pod": short_name(pod),
         "phase": pod["status"]["phase"],
         "reason": pod["status"]["reason"],
+        "message": pod["status"]["message"],
         "containers": statuses(pod).iter().map(|s| (s["name"].clone(), s["state"].clone())).collect::<Vec<_>>(),
     })
 }
@@ -455,6 +477,27 @@ pub fn restarts(pod: &Value) -> BTreeMap<String, (u64, String)> {
             )
         })
         .collect()
+}
+
+/// The kubelet's log lines about admitting pods and allocating their devices (the last 20): what
+/// a pod's `UnexpectedAdmissionError` came from.
+fn admission_lines(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            [
+                "admit",
+                "Allocate",
+                "preferred",
+                "preempt",
+                "Device plugin",
+                "device updates",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+        })
+        .collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 pub fn tail(text: &str, n: usize) -> String {

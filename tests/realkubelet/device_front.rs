@@ -7,7 +7,9 @@
 //! watcher. Pod A (1 exclusive CPU) takes node 0's CPU; pod B (1 exclusive CPU, 1 gpu,
 //! single-numa-node) must run with gpu1 and CPU 1 — the kubelet with all its managers would put
 //! it there. The kubelet's PodResources, numa-shim's PodResources, `/placement`, the container's
-//! env and the kernel's cpuset agree.
+//! env and the kernel's cpuset agree. Then the kubelet restarts, numa-shim crashes and restarts
+//! (the front and the plugin register again; pod B keeps gpu1 and CPU 1, and a new pod C gets
+//! them from the restarted front once B is gone), and the plugin dies.
 //!
 //! Without the front (`NUMA_SHIM_IT_NO_FRONT=1`: the plugin registered with the kubelet
 //! directly) the kubelet's device manager gives pod B gpu0, the first device, and numa-shim
@@ -86,6 +88,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
         flags
     })
     .await;
+    assert_no_earlier_device_assignments();
     let plugin = if front {
         // numa-shim made the directory and its kubelet.sock before serving.
         DevicePlugin::start_with(
@@ -117,31 +120,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
 
     // Pod B: one CPU and one gpu; only node 1 can hold both.
     rig.kubelet.add("b.yaml", &pod("b", &env.image, 1));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let b = rig.kubelet.pod_named("b");
-        let running = b
-            .as_ref()
-            .is_some_and(|p| p["status"]["phase"] == "Running");
-        if running {
-            break;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "pod b not running (front: {front}): {}\nnuma-shim's refusals: {}\nnuma-shim log:\n{}\nplugin log:\n{}",
-                serde_json::to_string_pretty(&b).unwrap_or_default(),
-                rig.shim.placement()["refused"],
-                rig.shim
-                    .log_text()
-                    .lines()
-                    .filter(|l| l.contains("device") || l.contains("refused"))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                tail(&plugin.log_text(), 10)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_device_pod(&rig, "b", front, &plugin).await;
     let name = rig.kubelet.full_name("b");
 
     // The kubelet gave it gpu1 (its PodResources, without topology behind the front).
@@ -215,6 +194,64 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
         let app = &ours["pod_resources"]["containers"][0];
         assert_eq!(devices(app)[0].1, ["gpu1"], "{ours}");
         assert_eq!(cpu_ids(&app["cpu_ids"]), [1], "{ours}");
+
+        // numa-shim crashes and starts again: the front comes back in the kubelet's plugin
+        // watcher directory, the plugin (its socket removed by the new front) registers with it
+        // again, and pod B keeps gpu1 and CPU 1.
+        const TO_KUBELET: &str = "fronted resource registered with the kubelet";
+        const FROM_PLUGIN: &str = "device plugin registered with numa-shim's front";
+        let log = rig.shim.log_text();
+        let (to_kubelet, from_plugin) = (
+            log.matches(TO_KUBELET).count(),
+            log.matches(FROM_PLUGIN).count(),
+        );
+        rig.shim.restart().await;
+        wait_log_count(&rig.shim, TO_KUBELET, to_kubelet + 1).await;
+        wait_log_count(&rig.shim, FROM_PLUGIN, from_plugin + 1).await;
+        wait_kubelet_gpus(&rig.kubelet, 2, &plugin).await;
+        let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
+        let app = &ours["pod_resources"]["containers"][0];
+        assert_eq!(devices(app), one_gpu("gpu1", 1), "{ours}");
+        assert_eq!(cpu_ids(&app["cpu_ids"]), [1], "{ours}");
+        // The restarted front decides a new pod's device as the first one did: pod B goes, pod
+        // C (one CPU, one gpu) gets gpu1 beside CPU 1 again.
+        rig.kubelet.remove("b.yaml");
+        rig.kubelet.wait_running(&["a"], &["b"]).await;
+        // The kubelet lists a deleted pod as gone while it still terminates; pod C asked now
+        // would meet B's CPU and gpu still held (the kubelet's own managers would refuse it then
+        // too). Wait until both numa-shim and the kubelet's PodResources let them go.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ours = rig.shim.placement();
+            let theirs = podresources(&rig.kubelet.path("pod_resources"), &["list"]);
+            let held =
+                ours["pods"].to_string().contains(&name) || theirs.to_string().contains(&name);
+            if !held {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod B still held after its deletion: numa-shim {ours}\nkubelet {theirs}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        rig.kubelet.add("c.yaml", &pod("c", &env.image, 1));
+        wait_device_pod(&rig, "c", front, &plugin).await;
+        let name = rig.kubelet.full_name("c");
+        let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
+        let app = &ours["pod_resources"]["containers"][0];
+        assert_eq!(devices(app), one_gpu("gpu1", 1), "{ours}");
+        assert_eq!(cpu_ids(&app["cpu_ids"]), [1], "{ours}");
+        let log = rig.shim.log_text();
+        assert!(
+            log.lines().any(
+                |l| l.contains("preferred allocation from numa-shim's decision")
+                    && l.contains(&name)
+            ),
+            "{}",
+            tail(&log, 30)
+        );
+
         // The plugin dies: numa-shim reports its devices Unhealthy, the kubelet lists none.
         let mut plugin = plugin;
         plugin.kill9();
@@ -228,7 +265,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
             tail(&rig.shim.log_text(), 20)
         );
         let seen = kernel(&env, &rig.kubelet).await;
-        assert_eq!(seen["b"]["app"].cpus, "1", "pod B keeps its CPU: {seen:?}");
+        assert_eq!(seen["c"]["app"].cpus, "1", "pod C keeps its CPU: {seen:?}");
         drop(plugin);
         drop(rig);
     } else {
@@ -272,6 +309,48 @@ async fn without_pod_specs(env: &Env, rig: Rig, plugin: DevicePlugin, front: boo
     }
     drop(plugin);
     drop(rig);
+}
+
+/// Waits until pod `name` (asking a gpu) runs; else panics with numa-shim's device lines and
+/// refusals beside the pod.
+async fn wait_device_pod(rig: &Rig, name: &str, front: bool, plugin: &DevicePlugin) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let pod = rig.kubelet.pod_named(name);
+        if pod
+            .as_ref()
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod {name} not running (front: {front}): {}\nnuma-shim's placement: {}\nnuma-shim log:\n{}\nplugin log:\n{}",
+            serde_json::to_string_pretty(&pod).unwrap_or_default(),
+            rig.shim.placement(),
+            rig.shim
+                .log_text()
+                .lines()
+                .filter(|l| l.contains("device") || l.contains("refused"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            tail(&plugin.log_text(), 10)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until numa-shim has logged `text` at least `count` times (across its restarts).
+async fn wait_log_count(shim: &Shim, text: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while shim.log_text().matches(text).count() < count {
+        assert!(
+            Instant::now() < deadline,
+            "numa-shim did not log {text:?} {count} times:\n{}",
+            tail(&shim.log_text(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 /// `devices()` of a container holding one `example.com/gpu`, `id` on NUMA node `numa`.

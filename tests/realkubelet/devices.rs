@@ -115,6 +115,7 @@ async fn device_plugin_device_beside_numa_shims_cpus_and_the_plugin_killed() {
     let env = Env::get();
     let started = Instant::now();
     let mut rig = rig(&env, "devices", Mode::NumaShim, &settings("container")).await;
+    assert_no_earlier_device_assignments();
     let mut plugin = DevicePlugin::start(&env, &rig.kubelet, "devices", PLUGIN);
     plugin.wait_log("registered with the kubelet").await;
     // Registered before the pod comes: the kubelet admits a pod only against devices it has.
