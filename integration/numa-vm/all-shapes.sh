@@ -3,8 +3,8 @@
 # integration/numa-vm/run.sh (2n, 4n, snc), one after the other, then the kubelet comparison
 # (integration/numa-vm/kubelet-compare.sh: kubelet v1.37.2's own managers against numa-shim, the
 # sample device plugin included) in the shapes of NUMAVM_KUBELET_SHAPES (default "2n 4n"; "none"
-# skips it), each case in a guest of its own (NUMAVM_KUBELET_CASES picks cases; default all six
-# of kubelet_compare.py), and prints each one's result and wall time. Builds numa-shim, the
+# skips it), each case in a guest of its own (NUMAVM_KUBELET_CASES, space-separated, picks cases;
+# default all six of kubelet_compare.py), and prints each one's result and wall time. Builds numa-shim, the
 # PodResources client and the sample device plugin first. Needs root and the kubelet in the
 # cache (integration/install-deps.sh); installs the Debian packages it needs.
 #
@@ -49,7 +49,11 @@ for shape in "${shapes[@]}"; do
     fi
 done
 kcases=()
-if [[ -n $kshapes ]]; then mapfile -t kcases < <(python3 "$here/kubelet_compare.py" cases); fi
+if [[ -n ${NUMAVM_KUBELET_CASES:-} ]]; then
+    read -ra kcases <<<"$NUMAVM_KUBELET_CASES"
+elif [[ -n $kshapes ]]; then
+    mapfile -t kcases < <(python3 "$here/kubelet_compare.py" cases)
+fi
 for shape in $kshapes; do
     for case in "${kcases[@]}"; do
         start=$(date +%s)
