@@ -168,18 +168,31 @@ _it_host_hold() {
                 [[ -d $d ]] || echo "$d"
             done >"$IT_HOST_DIR/made-dirs"
             mkdir -p "$IT_DEVICE_PLUGINS_DIR"
-            find "$IT_DEVICE_PLUGINS_DIR" -mindepth 1 -maxdepth 1 -exec mv -t "$IT_HOST_DIR/device-plugins" {} +
+            _it_move_entries "$IT_DEVICE_PLUGINS_DIR" "$IT_HOST_DIR/device-plugins"
             mv "$IT_HOST_DIR/saved.tmp" "$IT_HOST_DIR/saved"
         fi
         : >"$IT_HOST_DIR/users/$IT_CG"
     ) 9>"$IT_HOST_DIR/lock"
 }
 
+# _it_move_entries FROM TO: moves what is in FROM into TO. An entry gone between listing and
+# moving is skipped: a multi-NUMA guest sees the host's directory through its read-only 9p lower
+# layer, whose listing can name a file the host has just removed.
+_it_move_entries() {
+    local f
+    for f in "$1"/* "$1"/.[!.]*; do
+        [[ -e $f || -L $f ]] || continue
+        mv -t "$2" "$f" 2>/dev/null || [[ ! -e $f ]] || it_log "WARNING: cannot move $f to $2"
+    done
+    return 0
+}
+
 # _it_device_plugins_clear: removes what the harness's kubelets left in the device manager's
 # directory (only while the host record holds it: never a foreign kubelet's files).
 _it_device_plugins_clear() {
     [[ -f $IT_HOST_DIR/saved ]] || return 0
-    find "$IT_DEVICE_PLUGINS_DIR" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
+    rm -rf "${IT_DEVICE_PLUGINS_DIR:?}"/* "$IT_DEVICE_PLUGINS_DIR"/.[!.]* 2>/dev/null
+    return 0
 }
 
 # _it_host_release: this harness no longer runs a kubelet; the last user puts the saved
@@ -195,7 +208,7 @@ _it_host_release() {
                 [[ $(sysctl -n "${kv%%=*}") == "${kv#*=}" ]] || sysctl -qw "$kv"
             done <"$IT_HOST_DIR/saved"
             _it_device_plugins_clear
-            find "$IT_HOST_DIR/device-plugins" -mindepth 1 -maxdepth 1 -exec mv -t "$IT_DEVICE_PLUGINS_DIR" {} +
+            _it_move_entries "$IT_HOST_DIR/device-plugins" "$IT_DEVICE_PLUGINS_DIR"
             while read -r d; do
                 rmdir "$d" 2>/dev/null
             done < <(sort -r "$IT_HOST_DIR/made-dirs")
