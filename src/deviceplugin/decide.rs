@@ -180,25 +180,14 @@ impl Chooser {
                 .collect()
         };
         loop {
-            let mut pods = candidates(placer);
-            if let Some(socket) = &self.pods_api {
-                match crate::knowledge::pods_api::list_pods(socket, Duration::from_secs(1)).await {
-                    Ok(listed) => {
-                        // The kubelet's pods now are the truth: a pod it deleted (terminating,
-                        // or its deletion not yet through the watch) is not being admitted.
-                        let registry = placer.registry();
-                        pods = listed
-                            .into_iter()
-                            .filter(|(spec, _)| {
-                                registry.pods().get(&spec.uid).is_none_or(|r| !r.active)
-                            })
-                            .collect();
-                    }
-                    Err(status) => {
-                        tracing::debug!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api ListPods did not answer; pods from the watched sources only")
-                    }
-                }
-            }
+            // The kubelet's pods now, where its Pods API answers, are the truth: a pod it
+            // deleted (terminating, or its deletion not yet through the watch) is not being
+            // admitted. Else the pods numa-shim's sources watch.
+            let known = match self.listed_pods().await {
+                Some(listed) => listed,
+                None => placer.knowledge().all_pods(),
+            };
+            let mut pods = not_admitted(placer, known);
             pods.retain(|(p, _)| {
                 recent.contains(&p.uid) || !holders.contains(&(p.namespace.clone(), p.name.clone()))
             });
@@ -214,6 +203,18 @@ impl Chooser {
                 ));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The pods the kubelet's Pods API `ListPods` has, if it is configured and answers.
+    async fn listed_pods(&self) -> Option<Vec<(PodSpec, PodMeta)>> {
+        let socket = self.pods_api.as_ref()?;
+        match crate::knowledge::pods_api::list_pods(socket, Duration::from_secs(1)).await {
+            Ok(listed) => Some(listed),
+            Err(status) => {
+                tracing::debug!(socket = %socket.display(), code = ?status.code(), message = status.message(), "pods api ListPods did not answer; pods from the watched sources only");
+                None
+            }
         }
     }
 
@@ -322,9 +323,8 @@ impl Chooser {
     }
 }
 
-/// Pods known on this node that numa-shim has not admitted (no sandbox yet).
-fn candidates(placer: &Placer) -> Vec<(PodSpec, PodMeta)> {
-    let known = placer.knowledge().all_pods();
+/// The pods of `known` that numa-shim has not admitted (no sandbox yet).
+fn not_admitted(placer: &Placer, known: Vec<(PodSpec, PodMeta)>) -> Vec<(PodSpec, PodMeta)> {
     let registry = placer.registry();
     known
         .into_iter()

@@ -406,23 +406,29 @@ impl Drop for Kubelet {
     }
 }
 
-/// The kubelet's device manager checkpoint: a path compiled into every kubelet, outside its
-/// `--root-dir`, so the harness clears it with each kubelet (`integration/lib/kubelet.sh`).
-pub const DEVICE_CHECKPOINT: &str = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
+/// The kubelet's device manager checkpoint, in its device plugin directory: a path compiled into
+/// every kubelet, outside its `--root-dir`, so the harness clears it with each kubelet
+/// (`integration/lib/kubelet.sh`).
+fn device_checkpoint() -> PathBuf {
+    Path::new(crate::deviceplugin::DEFAULT_KUBELET_DIR).join("kubelet_internal_checkpoint")
+}
 
 /// Panics when the device manager's checkpoint holds pod entries while this test's kubelet has
 /// just started and no device plugin has registered yet: they are an earlier kubelet's device
 /// assignments, which this kubelet would take as its own (a static pod's UID repeats with its
 /// manifest).
 pub fn assert_no_earlier_device_assignments() {
-    let text = std::fs::read_to_string(DEVICE_CHECKPOINT).unwrap_or_default();
+    let checkpoint = device_checkpoint();
+    let text = std::fs::read_to_string(&checkpoint).unwrap_or_default();
     let entries = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)["Data"]
         ["PodDeviceEntries"]
         .as_array()
         .map_or(0, Vec::len);
     assert_eq!(
-        entries, 0,
-        "a new kubelet starts with an earlier kubelet's device assignments in {DEVICE_CHECKPOINT}: {text}"
+        entries,
+        0,
+        "a new kubelet starts with an earlier kubelet's device assignments in {}: {text}",
+        checkpoint.display()
     );
 }
 

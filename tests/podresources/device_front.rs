@@ -275,7 +275,7 @@ async fn without_numa_shims_decision_the_answer_is_the_kubelets_own_gpu0() {
 /// and asks the same device.
 #[tokio::test]
 async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
-    use numa_shim::placement::device::Device;
+    use numa_shim::deviceplugin::front;
     use numa_shim::proto::podsapi::core_v1;
     use numa_shim::testing::pods_api::PodsApi;
 
@@ -331,16 +331,7 @@ async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
     let chooser = Chooser::new(Some(placer))
         .with_pods_api(socket)
         .pod_wait(Duration::from_millis(300));
-    let devices = [
-        Device {
-            id: "gpu0".into(),
-            numa_nodes: vec![0],
-        },
-        Device {
-            id: "gpu1".into(),
-            numa_nodes: vec![1],
-        },
-    ];
+    let devices = [device("gpu0", Some(0)), device("gpu1", Some(1))].map(|d| front::to_core(&d));
     let wanted = deviceplugin::choice::Wanted {
         resource: GPU.into(),
         available: ["gpu0".to_string(), "gpu1".to_string()].into(),
