@@ -327,10 +327,11 @@ EOF
     cmd+=("${args[@]}")
     printf '%s\n' "${direct#unix://}" >"$kdir/direct"
     printf '%s\n' "$version" >"$kdir/version"
-    local pid=""
+    local pid="" from=0
     if [[ $run == yes ]]; then
         it_kubelet_stop "$name"
         printf '\n=== %(%F %T)T start: %s\n' -1 "${cmd[*]}" >>"$IT_LOGS/kubelet-$name.log"
+        from=$(stat -c %s "$IT_LOGS/kubelet-$name.log")
         (cd "$kdir" && exec "${cmd[@]}") >>"$IT_LOGS/kubelet-$name.log" 2>&1 &
         pid=$!
         disown "$pid" 2>/dev/null || true
@@ -353,9 +354,16 @@ port=$port
 cgroup_root=/$IT_CG/kubelet-$name
 EOF
     [[ $run == yes ]] || return 0
+    # Started means healthy and its plugin manager running: the plugin watcher adds its watch on
+    # plugins_registry, then lists it, so a socket made between the two is registered twice, and
+    # the kubelet drops and re-registers that plugin a second later (its devices unhealthy
+    # meanwhile: a pod admitted then is refused with UnexpectedAdmissionError). Once the line
+    # is logged, a plugin socket made is seen once.
     local polls=$((${IT_KUBELET_START_SECS:-60} * 5))
     for ((i = 0; i < polls; i++)); do
-        [[ $(curl -fsS "http://127.0.0.1:$hz/healthz" 2>/dev/null) == ok ]] && break
+        [[ $(curl -fsS "http://127.0.0.1:$hz/healthz" 2>/dev/null) == ok ]] &&
+            grep -q "Starting Kubelet Plugin Manager" < <(tail -c +$((from + 1)) "$IT_LOGS/kubelet-$name.log") &&
+            break
         if ! kill -0 "$pid" 2>/dev/null; then
             tail -20 "$IT_LOGS/kubelet-$name.log" >&2
             it_die "kubelet $name exited (log $IT_LOGS/kubelet-$name.log)"

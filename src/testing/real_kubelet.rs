@@ -432,6 +432,25 @@ pub fn assert_no_earlier_device_assignments() {
     );
 }
 
+/// Panics when the kubelet dropped a device plugin's connection since this test configured it
+/// (before the test stops a plugin, numa-shim or the kubelet on purpose): its devices were
+/// unhealthy meanwhile, and a pod admitted then is refused (`UnexpectedAdmissionError`). The
+/// kubelet does this to a plugin whose socket appears while its plugin watcher starts
+/// (integration/lib/kubelet.sh waits for that before a kubelet counts as started).
+pub fn assert_no_plugin_flap(kubelet: &Kubelet) {
+    let log = kubelet.log_text();
+    let dropped: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("Device plugin disconnected"))
+        .collect();
+    assert!(
+        dropped.is_empty(),
+        "the kubelet dropped a device plugin that nothing stopped:\n{}\nkubelet's admission lines:\n{}",
+        dropped.join("\n"),
+        admission_lines(&log)
+    );
+}
+
 /// A static pod's name without the `-<node>` suffix the kubelet adds.
 pub fn short_name(pod: &Value) -> String {
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
@@ -498,6 +517,8 @@ fn admission_lines(log: &str) -> String {
                 "preempt",
                 "Device plugin",
                 "device updates",
+                "socket path",
+                "Plugin Manager",
             ]
             .iter()
             .any(|w| l.contains(w))

@@ -183,6 +183,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
         "{}",
         tail(&log, 30)
     );
+    assert_no_plugin_flap(&rig.kubelet);
     if front {
         // The kubelet restarts: it finds numa-shim's endpoint in its plugin watcher directory
         // again; pod B keeps gpu1 and CPU 1.
@@ -298,6 +299,7 @@ async fn without_pod_specs(env: &Env, rig: Rig, plugin: DevicePlugin, front: boo
         seen["app"].cpus, "1",
         "pod A's shared pool without CPU 0: {seen:?}"
     );
+    assert_no_plugin_flap(&rig.kubelet);
     if front {
         let log = rig.shim.log_text();
         assert!(

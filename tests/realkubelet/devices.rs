@@ -228,6 +228,8 @@ async fn device_plugin_device_beside_numa_shims_cpus_and_the_plugin_killed() {
     );
     assert_eq!(pod_view["containers"][0]["cpus"], "1", "{view}");
 
+    assert_no_plugin_flap(&rig.kubelet);
+
     // The kubelet restarts: it finds the plugin in its plugins_registry again, the pod keeps
     // its device and CPU.
     rig.kubelet.restart();
