@@ -87,7 +87,22 @@ pub async fn serve_resource(
     let socket = side.dir().join(socket_name(&name));
     let kubelet_sock = side.dir().join("kubelet.sock");
     let mut first = true;
+    let mut waiting = false;
     while !*stop.borrow() {
+        // The directory is the kubelet's: made by it, never by numa-shim (a socket left in a
+        // directory numa-shim made after the kubelet's was removed is a stale plugin to the next
+        // kubelet there, which registers it twice and drops it again a second later).
+        if !side.dir().is_dir() {
+            if !waiting {
+                info!(resource = %name, dir = %side.dir().display(), "the kubelet's directory for the fronted resource's endpoint is not there: waiting for the kubelet to make it");
+                waiting = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(POLL) => continue,
+                _ = stop.changed() => break,
+            }
+        }
+        waiting = false;
         let bound = match crate::listen::bind(
             &socket,
             SocketOptions {

@@ -348,3 +348,53 @@ async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
     );
     served.abort();
 }
+
+/// The plugin watcher's directory is the kubelet's: numa-shim serves its endpoint there while it
+/// exists and, while it does not (the kubelet has not made it yet, or its root was wiped), waits
+/// for the kubelet to make it rather than making it itself. A socket numa-shim left in a
+/// directory it made is a stale plugin to the next kubelet there: registered twice, dropped a
+/// second later (a pod admitted then is refused).
+#[tokio::test]
+async fn the_front_never_makes_the_kubelets_plugin_directory() {
+    let front_dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let registry = root.path().join("plugins_registry");
+    let endpoint = registry.join(deviceplugin::front::socket_name(GPU));
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let front = deviceplugin::start(
+        FrontOptions {
+            dir: front_dir.path().to_path_buf(),
+            kubelet: KubeletSide::PluginWatcher {
+                dir: registry.clone(),
+            },
+        },
+        Chooser::new(None),
+        Arc::new(FrontedTopology::default()),
+        stop,
+    )
+    .await
+    .unwrap();
+    let plugin = FakePlugin::new(vec![device("gpu0", Some(0))]);
+    let plugin_served = plugin.serve(&front_dir.path().join("fake.sock"));
+    FakePlugin::register(&front.socket, "fake.sock", GPU)
+        .await
+        .unwrap();
+    let poll = deviceplugin::kubelet::POLL;
+    tokio::time::sleep(poll * 2).await;
+    assert!(!registry.exists(), "numa-shim made the kubelet's directory");
+
+    // The kubelet makes it: numa-shim's endpoint appears there.
+    std::fs::create_dir(&registry).unwrap();
+    wait_for(&endpoint).await;
+
+    // The kubelet's root is wiped: numa-shim does not make the directory again.
+    std::fs::remove_dir_all(&registry).unwrap();
+    tokio::time::sleep(poll * 3).await;
+    assert!(
+        !registry.exists(),
+        "numa-shim made the kubelet's directory again"
+    );
+
+    let _ = stop_tx.send(true);
+    plugin.stop(plugin_served).await;
+}
