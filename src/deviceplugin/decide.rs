@@ -277,6 +277,13 @@ impl Chooser {
                         .iter()
                         .chain(&spec.containers)
                         .map(|c| {
+                            // A pod-level pod under the pod scope gets its devices when each
+                            // container starts, with the pod's hint (the kubelet's own
+                            // pod-level resource managers); behind numa-shim the kubelet asks
+                            // at admission, so the start is played now.
+                            if node.device_manager().needs_allocation(&spec, c) {
+                                node.start_container(&spec.uid, &c.name);
+                            }
                             let held = node.device_manager().container_devices(&spec.uid, &c.name);
                             (c.name.clone(), held)
                         })

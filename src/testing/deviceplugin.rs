@@ -261,6 +261,18 @@ pub fn placer_knowing(
     Arc<crate::lifecycle::Placer>,
     Arc<crate::knowledge::PodCache>,
 ) {
+    placer_knowing_with(dir, pods, |_| {})
+}
+
+/// [`placer_knowing`] with its settings changed by `change` first.
+pub fn placer_knowing_with(
+    dir: &Path,
+    pods: Vec<(crate::placement::PodSpec, crate::knowledge::PodMeta)>,
+    change: impl FnOnce(&mut crate::placement::config::Config),
+) -> (
+    Arc<crate::lifecycle::Placer>,
+    Arc<crate::knowledge::PodCache>,
+) {
     use crate::placement::config::{
         Config, CpuPolicy, ReservedCpus, TopologyPolicy, TopologyScope,
     };
@@ -275,6 +287,8 @@ pub fn placer_knowing(
         topology_scope: TopologyScope::Container,
         ..Config::default()
     };
+    let mut config = config;
+    change(&mut config);
     let registry =
         crate::lifecycle::Registry::new(crate::placement::node::Node::new(topo, config).unwrap());
     let cache = Arc::new(crate::knowledge::PodCache::new(None));

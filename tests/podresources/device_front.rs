@@ -349,6 +349,53 @@ async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
     served.abort();
 }
 
+/// A pod with pod-level resources under the pod scope: the kubelet (its Topology Manager off
+/// behind numa-shim) allocates the container's gpu at admission, while numa-shim's decision,
+/// like the kubelet's own pod-level resource managers, gives it at the container's start with
+/// the pod's merged hint. The front answers that device: gpu1, beside the budget's CPU on node
+/// 1 (pod A holds node 0's), not the kubelet's own choice gpu0.
+#[tokio::test]
+async fn a_pod_level_pod_under_the_pod_scope_gets_the_gpu_beside_its_budget() {
+    use numa_shim::deviceplugin::front;
+    use numa_shim::placement::config::TopologyScope;
+    use numa_shim::placement::Resources;
+    use numa_shim::testing::deviceplugin::placer_knowing_with;
+
+    let state = tempfile::tempdir().unwrap();
+    let mut gpu = Resources::default();
+    gpu.limits.extended.insert(GPU.into(), 1);
+    gpu.requests.extended.insert(GPU.into(), 1);
+    let p = pod_of("p", Some(guaranteed(1000, GI)), vec![app("app", gpu)]);
+    let meta = PodMeta {
+        created: Some(1000),
+        finished: false,
+    };
+    let (placer, _cache) = placer_knowing_with(state.path(), vec![(p, meta)], |c| {
+        c.topology_scope = TopologyScope::Pod;
+        c.gates.pod_level_resource_managers = true;
+    });
+    let a = pod_of("a", None, vec![app("app", guaranteed(1000, GI))]);
+    placer.registry().admit(a, Source::Spec).unwrap();
+
+    let chooser = Chooser::new(Some(placer)).pod_wait(Duration::from_millis(300));
+    let devices = [device("gpu0", Some(0)), device("gpu1", Some(1))].map(|d| front::to_core(&d));
+    let wanted = deviceplugin::choice::Wanted {
+        resource: GPU.into(),
+        available: ["gpu0".to_string(), "gpu1".to_string()].into(),
+        must: Default::default(),
+        size: 1,
+    };
+    let (ids, answered) = chooser.choose(&devices, &wanted).await;
+    assert_eq!(
+        answered,
+        deviceplugin::Answered::Decision {
+            pod: "ns/name-p".into(),
+            container: "app".into()
+        }
+    );
+    assert_eq!(ids.into_iter().collect::<Vec<_>>(), ["gpu1"]);
+}
+
 /// The plugin watcher's directory is the kubelet's: numa-shim serves its endpoint there while it
 /// exists and, while it does not (the kubelet has not made it yet, or its root was wiped), waits
 /// for the kubelet to make it rather than making it itself. A socket numa-shim left in a
