@@ -251,6 +251,53 @@ impl MemoryManager {
         }
     }
 
+    /// In-place resize of a pod-level (PLRM) budget: the pod's memory bubble and its containers'
+    /// blocks allocated again for `pod`'s new budget, on the NUMA nodes the bubble has now (the
+    /// kubelet's allocation with that affinity). Containers that had no blocks any more (regular
+    /// init containers that finished) get none back. The caller puts the manager back when this
+    /// fails; `Err` says why.
+    pub fn reallocate_pod(&mut self, pod: &PodSpec) -> Result<(), String> {
+        let Some(blocks) = self.pod_blocks(&pod.uid) else {
+            return Ok(());
+        };
+        let nodes = NumaMask::from_ids(blocks.iter().flat_map(|b| b.numa.iter().copied()));
+        let had: Vec<String> = self
+            .state
+            .containers
+            .get(&pod.uid)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        let reusable = self.reusable.remove(&pod.uid);
+        self.remove_pod(&pod.uid);
+        let hint = TopologyHint {
+            affinity: Some(nodes),
+            preferred: true,
+        };
+        pod::allocate_pod(self, pod, &hint).map_err(|e| e.to_string())?;
+        if let Some(r) = reusable {
+            self.reusable.insert(pod.uid.clone(), r);
+        }
+        if let Some(entries) = self.state.containers.get_mut(&pod.uid) {
+            entries.retain(|name, _| had.contains(name));
+        }
+        let now = self
+            .pod_blocks(&pod.uid)
+            .map(|b| NumaMask::from_ids(b.iter().flat_map(|b| b.numa.iter().copied())))
+            .unwrap_or_default();
+        if now.or(nodes) != nodes {
+            let ids: Vec<String> = nodes.ids().map(|i| i.to_string()).collect();
+            return Err(format!(
+                "the pod budget's {} bytes do not fit on its NUMA node(s) {}",
+                hints::pod_requests(pod, self.gates)
+                    .get(MEMORY)
+                    .copied()
+                    .unwrap_or(0),
+                ids.join(",")
+            ));
+        }
+        Ok(())
+    }
+
     /// Releases every container of the pod (and its bubble).
     pub fn remove_pod(&mut self, pod_uid: &str) {
         let names: Vec<String> = self

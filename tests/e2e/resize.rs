@@ -542,8 +542,8 @@ async fn a_resize_across_a_numa_shim_kill_leaves_nothing_half_applied() {
 /// Memory under the Static Memory Manager (docs/resize.md §2): the kubelet's memory pass (new
 /// memory limit, current CPU values) of a classic Guaranteed container grows its blocks on the
 /// NUMA node it has while that node holds them (16Gi per node here), and is refused with
-/// RESOURCE_EXHAUSTED, nothing changed, once it does not. A pod-level budget's memory is not
-/// resized under the Static policy (refused with the reason).
+/// RESOURCE_EXHAUSTED, nothing changed, once it does not; a pod-level budget's memory the same
+/// way, on the pod's node.
 #[tokio::test]
 async fn static_memory_grows_only_while_the_pods_numa_node_holds_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -575,22 +575,43 @@ async fn static_memory_grows_only_while_the_pods_numa_node_holds_it() {
     assert!(err.message().contains("memory: "), "{}", err.message());
     assert_eq!(snapshot(&shim), before, "nothing changed");
 
-    // A pod-level budget's memory.
+    // A pod-level budget's memory: re-allocated on the pod's node while it holds it.
     let dir = tempfile::tempdir().unwrap();
     let def = pod_def("web")
         .pod_level(Res::guaranteed(4000, 4 * GI))
         .container("main", Res::guaranteed(2000, 2 * GI))
         .container("helper", Res::default());
     let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
-    let err = kubelet
+    let helper = running[0].id("helper").to_string();
+    let mems = shim.fake().resources(&helper).cpuset_mems.clone();
+    kubelet
         .resize_sandbox(&running[0].sandbox, &Res::guaranteed(4000, 6 * GI))
         .await
+        .unwrap();
+    assert_eq!(resizes(&shim, "applied"), 1);
+    let registry = shim.started.placer.registry();
+    let uid = registry.node().pods().pop().unwrap();
+    let placed = registry.node().placement(&uid).unwrap();
+    drop(registry);
+    let budget: u64 = placed
+        .memory
+        .iter()
+        .filter(|b| b.resource == "memory")
+        .map(|b| b.size)
+        .sum();
+    assert_eq!(budget, 6 * GI, "{placed:?}");
+    assert_eq!(shim.fake().resources(&helper).cpuset_mems, mems);
+    let before = snapshot(&shim);
+    let err = kubelet
+        .resize_sandbox(&running[0].sandbox, &Res::guaranteed(4000, 17 * GI))
+        .await
         .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(
-        err.message()
-            .contains("resizing the memory of a pod-level budget under the Static Memory Manager is not supported yet"),
+        err.message().contains("do not fit on its NUMA node(s)"),
         "{}",
         err.message()
     );
+    assert_eq!(snapshot(&shim), before, "nothing changed");
     assert_eq!(resizes(&shim, "refused"), 1);
 }

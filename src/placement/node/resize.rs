@@ -387,9 +387,9 @@ impl Node {
             && self.memory.pod_blocks(&old.uid).is_some()
             && old_mem != new_mem
         {
-            return Err(ResizeError::Memory(
-                "resizing the memory of a pod-level budget under the Static Memory Manager is not supported yet".into(),
-            ));
+            self.memory
+                .reallocate_pod(new)
+                .map_err(ResizeError::Memory)?;
         }
         let m = self.cpu.manager();
         let Some(bubble) = m.pod_cpus(&old.uid).cloned() else {

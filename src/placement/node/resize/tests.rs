@@ -370,6 +370,58 @@ fn static_memory_grows_only_where_the_node_holds_it() {
     assert_eq!(n.snapshot(), snap);
 }
 
+/// A pod-level budget's memory under the Static Memory Manager: re-allocated on the NUMA node
+/// the pod's memory bubble has (7Gi allocatable per node): grown and shrunk there, each
+/// container's blocks with it, and refused (nothing changed) once the node cannot hold it.
+#[test]
+fn static_memory_of_a_pod_budget_grows_only_where_its_node_holds_it() {
+    let mut n = node(with_memory(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Pod,
+    )));
+    let placed = n.admit(&plrm_pod(3)).unwrap();
+    let nodes = |p: &PodPlacement| {
+        let mut v: Vec<u32> = p.memory.iter().flat_map(|b| b.numa.clone()).collect();
+        v.dedup();
+        v
+    };
+    let total = |p: &PodPlacement| {
+        p.memory
+            .iter()
+            .filter(|b| b.resource == crate::placement::memory::MEMORY)
+            .map(|b| b.size)
+            .sum::<u64>()
+    };
+    let before = nodes(&placed);
+    assert_eq!(before.len(), 1, "{placed:?}");
+    assert_eq!(total(&placed), 3 * GI);
+
+    let grown = n.resize_pod("p", &whole(3000, 5 * GI)).unwrap();
+    assert_eq!(nodes(&grown), before);
+    assert_eq!(total(&grown), 5 * GI);
+    // The exclusive container keeps its own 1Gi; the shared one has the pool, 4Gi now.
+    let sum = |c: &crate::placement::node::ContainerPlacement| {
+        c.memory.iter().map(|b| b.size).sum::<u64>()
+    };
+    assert_eq!(sum(container(&grown, "ex")), GI);
+    assert_eq!(sum(container(&grown, "shared")), 4 * GI);
+    assert_eq!(
+        container(&grown, "shared").memory_nodes,
+        container(&placed, "shared").memory_nodes
+    );
+
+    let snap = n.snapshot();
+    let err = n.resize_pod("p", &whole(3000, 8 * GI)).unwrap_err();
+    assert!(err.is_exhausted(), "{err}");
+    assert!(err.to_string().contains("pod budget"), "{err}");
+    assert_eq!(n.snapshot(), snap, "nothing changed");
+
+    let back = n.resize_pod("p", &whole(3000, 2 * GI)).unwrap();
+    assert_eq!(nodes(&back), before);
+    assert_eq!(total(&back), 2 * GI);
+    assert_eq!(sum(container(&back, "shared")), GI);
+}
+
 #[test]
 fn promised_cpus_survive_a_checkpoint() {
     let mut n = node(static_config(
