@@ -64,9 +64,10 @@ _it_cp_cert_kubeconfig() {
     _it_cp_kubeconfig "$1" "client-certificate: $IT_CP/pki/$2.crt" "client-key: $IT_CP/pki/$2.key"
 }
 
-# _it_cp_wait WHAT SECONDS CMD...: retries CMD until it succeeds.
+# _it_cp_wait WHAT SECONDS CMD...: retries CMD until it succeeds; SECONDS times IT_CP_WAIT_FACTOR
+# (default 1; an emulated guest is about 20 times slower).
 _it_cp_wait() {
-    local what=$1 secs=$2 i
+    local what=$1 secs=$(($2 * ${IT_CP_WAIT_FACTOR:-1})) i
     shift 2
     for ((i = 0; i < secs * 5; i++)); do
         "$@" >/dev/null 2>&1 && return 0
