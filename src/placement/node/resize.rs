@@ -115,7 +115,7 @@ impl Node {
         c.resources = resources.clone();
         self.apply(&old, new, |node, old, new| {
             node.resize_container_cpus(old, new, name)?;
-            node.resize_container_memory(new, name)
+            node.resize_container_memory(old, new, name)
         })
     }
 
@@ -333,10 +333,27 @@ impl Node {
             .clone()
     }
 
-    fn resize_container_memory(&mut self, new: &PodSpec, name: &str) -> Result<(), ResizeError> {
-        if self.config.memory_policy != MemoryPolicy::Static
-            || qos::pod_level_managed(new, &self.config.gates) && self.plrm_scope()
-        {
+    fn resize_container_memory(
+        &mut self,
+        old: &PodSpec,
+        new: &PodSpec,
+        name: &str,
+    ) -> Result<(), ResizeError> {
+        if self.config.memory_policy != MemoryPolicy::Static {
+            return Ok(());
+        }
+        if qos::pod_level_managed(new, &self.config.gates) && self.plrm_scope() {
+            // Its memory is a share of the pod's bubble: the bubble is partitioned again.
+            let requests = |p: &PodSpec| {
+                containers(p)
+                    .find(|c| c.name == name)
+                    .map(|c| c.resources.requests.clone())
+            };
+            if self.memory.pod_blocks(&new.uid).is_some() && requests(old) != requests(new) {
+                self.memory
+                    .reallocate_pod(new)
+                    .map_err(ResizeError::Memory)?;
+            }
             return Ok(());
         }
         let Some(blocks) = self.memory.container_blocks(&new.uid, name) else {

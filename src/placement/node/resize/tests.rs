@@ -422,6 +422,34 @@ fn static_memory_of_a_pod_budget_grows_only_where_its_node_holds_it() {
     assert_eq!(sum(container(&back, "shared")), GI);
 }
 
+/// A container of a pod-level pod under the pod scope: its memory is a share of the pod's
+/// bubble, so a resize of its memory re-partitions the bubble (its own blocks, the pool of the
+/// shared containers); the bubble stays, and a share that leaves the pool nothing is refused.
+#[test]
+fn static_memory_of_a_container_in_a_pod_budget_repartitions_the_bubble() {
+    let mut n = node(with_memory(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Pod,
+    )));
+    let placed = n.admit(&plrm_pod(3)).unwrap();
+    let sum = |c: &crate::placement::node::ContainerPlacement| {
+        c.memory.iter().map(|b| b.size).sum::<u64>()
+    };
+    assert_eq!(sum(container(&placed, "ex")), GI);
+    assert_eq!(sum(container(&placed, "shared")), 2 * GI);
+    let grown = n.resize_container("p", "ex", &whole(1000, 2 * GI)).unwrap();
+    assert_eq!(sum(container(&grown, "ex")), 2 * GI);
+    assert_eq!(sum(container(&grown, "shared")), GI);
+    assert_eq!(grown.memory, placed.memory, "the bubble stays");
+    assert_eq!(
+        container(&grown, "ex").memory_nodes,
+        container(&placed, "ex").memory_nodes
+    );
+    let snap = n.snapshot();
+    assert!(n.resize_container("p", "ex", &whole(1000, 3 * GI)).is_err());
+    assert_eq!(n.snapshot(), snap, "nothing changed");
+}
+
 #[test]
 fn promised_cpus_survive_a_checkpoint() {
     let mut n = node(static_config(
