@@ -63,6 +63,9 @@ pub struct Config {
     /// `resource.kubernetes.io/numaNode` (full names, `<driver domain>/<name>`, e.g.
     /// `gpu.example.com/numaNode`).
     pub dra_numa_attributes: Option<Vec<String>>,
+    /// How long one pod's claims may take to read (pod, claims, slices) before numa-shim decides
+    /// without them (default 10s).
+    pub dra_claims_timeout: Option<String>,
     /// Where numa-shim serves PodResources v1 (default `<stateDir>/pod-resources/kubelet.sock`;
     /// `none` or an empty path turns the server off).
     pub pod_resources_socket: Option<PathBuf>,
@@ -142,6 +145,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "refusalReports",
     "draClaims",
     "draNumaAttributes",
+    "draClaimsTimeout",
     "podResourcesSocket",
     "kubeletPodResourcesSocket",
     "podResourcesQps",

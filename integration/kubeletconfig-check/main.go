@@ -24,7 +24,7 @@ import (
 var numaShimKeys = []string{
 	"listen", "runtime", "socketMode", "socketGroup", "shutdownGracePeriod", "logFormat",
 	"logLevel", "stateDir", "topology", "podKnowledge", "podsApiSocket", "kubeconfig", "nodeName",
-	"refusalReports", "draClaims", "draNumaAttributes",
+	"refusalReports", "draClaims", "draNumaAttributes", "draClaimsTimeout",
 	"podResourcesSocket", "kubeletPodResourcesSocket", "podResourcesQps", "podResourcesBurst",
 	"metricsAddress", "driftPeriod", "kubeletConfig", "kubeletConfigDir", "crioConfig", "devicePluginFront",
 }

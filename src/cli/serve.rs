@@ -95,6 +95,10 @@ pub struct Args {
     /// nodes [default: true with --pod-knowledge apiserver or a kubeconfig, else false].
     #[arg(long)]
     pub dra_claims: Option<bool>,
+    /// How long one pod's claims may take to read before numa-shim decides without them, e.g.
+    /// 10s [default: 10s].
+    #[arg(long)]
+    pub dra_claims_timeout: Option<String>,
     /// Address for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long)]
     pub metrics_address: Option<String>,
@@ -130,6 +134,7 @@ impl Args {
             node_name: self.node_name.clone(),
             refusal_reports: self.refusal_reports,
             dra_claims: self.dra_claims,
+            dra_claims_timeout: self.dra_claims_timeout.clone(),
             metrics_address: self.metrics_address.clone(),
             drift_period: self.drift_period.clone(),
             pod_resources_socket: self.pod_resources_socket.clone(),
@@ -244,8 +249,9 @@ async fn serve(args: Args, settings: Settings) -> Result<(), super::CliError> {
     }
     // And the pods' DRA claims from the API server (docs/devices.md, "DRA claims").
     if let (Some(options), Some(claims)) = (options.as_mut(), &settings.claims) {
-        let reader = ClaimReader::new(claims.api.connection()?, &claims.attributes);
-        info!(server = reader.server(), attributes = ?claims.attributes, "DRA claims read from the api server for decisions");
+        let reader = ClaimReader::new(claims.api.connection()?, &claims.attributes)
+            .with_timeout(claims.timeout);
+        info!(server = reader.server(), attributes = ?claims.attributes, timeout = ?claims.timeout, "DRA claims read from the api server for decisions");
         options.claims = Some(Arc::new(reader));
     }
     let env = MetricsEnv {
@@ -580,6 +586,8 @@ pub struct ClaimOptions {
     pub api: ApiServerOptions,
     /// NUMA attribute names after the standard one (`draNumaAttributes`).
     pub attributes: Vec<String>,
+    /// How long one pod's claims may take to read (`draClaimsTimeout`).
+    pub timeout: std::time::Duration,
 }
 
 /// DRA claims: on by default wherever numa-shim is given the API server (as refusal reports).
@@ -595,6 +603,10 @@ fn claims(file: &Config, root: &Path) -> Result<Option<ClaimOptions>, super::Cli
     Ok(Some(ClaimOptions {
         api: ApiServerOptions::new(kubeconfig, file.node_name.clone())?,
         attributes: file.dra_numa_attributes.clone().unwrap_or_default(),
+        timeout: match file.dra_claims_timeout.as_deref() {
+            Some(t) => crate::config::parse_duration(t)?,
+            None => crate::knowledge::apiserver::claims::READ_TIMEOUT,
+        },
     }))
 }
 
@@ -843,6 +855,16 @@ mod tests {
         let claims = s.claims.unwrap();
         assert_eq!(claims.api.kubeconfig, Some(PathBuf::from("/k.conf")));
         assert_eq!(claims.attributes, ["gpu.example.com/numaNode"]);
+        assert_eq!(claims.timeout, std::time::Duration::from_secs(10));
+        let patient = Config {
+            dra_claims_timeout: Some("1m30s".into()),
+            ..with_kubeconfig.clone()
+        };
+        let s = resolved(&args(), &patient, root).unwrap();
+        assert_eq!(
+            s.claims.unwrap().timeout,
+            std::time::Duration::from_secs(90)
+        );
         let mut a = args();
         a.dra_claims = Some(false);
         assert_eq!(resolved(&a, &with_kubeconfig, root).unwrap().claims, None);

@@ -31,6 +31,7 @@ impl Config {
         set(&mut self.node_name, &flags.node_name);
         set(&mut self.refusal_reports, &flags.refusal_reports);
         set(&mut self.dra_claims, &flags.dra_claims);
+        set(&mut self.dra_claims_timeout, &flags.dra_claims_timeout);
         set(&mut self.metrics_address, &flags.metrics_address);
         set(&mut self.drift_period, &flags.drift_period);
         set(&mut self.pod_resources_socket, &flags.pod_resources_socket);

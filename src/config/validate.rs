@@ -50,6 +50,10 @@ impl Config {
             }),
         );
         check("driftPeriod", opt(self.drift_period.as_deref(), positive));
+        check(
+            "draClaimsTimeout",
+            opt(self.dra_claims_timeout.as_deref(), positive),
+        );
         check("logFormat", self.log_formats_agree());
         check("logLevel", self.log_levels_agree());
         check("logLevel", opt(self.log_level(), log_filter));

@@ -77,6 +77,8 @@ fn numa_shim_keys_reject_bad_values_naming_the_key() {
         ("driftPeriod: \"0\"", "driftPeriod", "longer than 0"),
         ("driftPeriod: 0s", "driftPeriod", "longer than 0"),
         ("driftPeriod: fast", "driftPeriod", "duration"),
+        ("draClaimsTimeout: 0s", "draClaimsTimeout", "longer than 0"),
+        ("draClaimsTimeout: slow", "draClaimsTimeout", "duration"),
         ("logFormat: xml", "logFormat", "xml"),
         ("logging: {format: xml}", "logging", "xml"),
         ("logging: {verbosity: 4}", "logging", "verbosity"),

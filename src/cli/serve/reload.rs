@@ -70,7 +70,10 @@ pub fn plan(old: &Settings, new: &Settings) -> ReloadPlan {
         ("topology", old.topology != new.topology),
         ("podKnowledge", old.spec_source != new.spec_source),
         ("refusalReports", old.reports != new.reports),
-        ("draClaims/draNumaAttributes", old.claims != new.claims),
+        (
+            "draClaims/draNumaAttributes/draClaimsTimeout",
+            old.claims != new.claims,
+        ),
         ("driftPeriod", old.drift_period != new.drift_period),
         ("crioConfig", old.crio_config != new.crio_config),
         (

@@ -24,7 +24,7 @@ use crate::placement::device::Device;
 pub const STANDARD_NUMA_ATTRIBUTE: &str = "resource.kubernetes.io/numaNode";
 
 /// How long reading one pod's claims may take in all (the decision waits for it).
-pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A pod's claim as the pod names it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -226,3 +226,43 @@ async fn forbidden_and_unreachable_are_errors_that_name_the_cause() {
     let err = reader.read("ml", "trainer").await.unwrap_err().to_string();
     assert!(err.contains("cannot connect"), "{err}");
 }
+
+/// A slow API server (a loaded control plane, an emulated guest): a read waits for it up to
+/// its timeout (`draClaimsTimeout`), then gives up with the reason; the default waits longer
+/// than the 2.5 s this server takes.
+#[tokio::test]
+async fn a_read_waits_for_a_slow_api_server_up_to_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(None).await;
+    let quick = reader(&server, dir.path())
+        .await
+        .with_timeout(std::time::Duration::from_millis(200));
+    let err = quick.read("ml", "trainer").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no answer from the API server within 200ms"),
+        "{err}"
+    );
+
+    let slow = TestServer::start(None).await;
+    let patient = reader(&slow, dir.path()).await;
+    let replies = async {
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        slow.reply(200, pod_json().to_string());
+        slow.reply(
+            200,
+            claim_json(
+                "trainer-gpu-x7k2p",
+                &[("gpu.example.com", "node-a", "gpu1")],
+            )
+            .to_string(),
+        );
+        slow.reply(
+            200,
+            claim_json("shared-nic", &[("gpu.example.com", "node-a", "gpu0")]).to_string(),
+        );
+        slow.reply(200, slices_json().to_string());
+    };
+    let (read, ()) = tokio::join!(patient.read("ml", "trainer"), replies);
+    assert_eq!(read.unwrap().len(), 2);
+}
