@@ -79,6 +79,11 @@ pub struct Block {
     pub size: u64,
 }
 
+/// The NUMA nodes `blocks` lie on (their union).
+pub fn block_nodes(blocks: &[Block]) -> NumaMask {
+    NumaMask::from_ids(blocks.iter().flat_map(|b| b.numa.iter().copied()))
+}
+
 /// Everything the kubelet checkpoints (`memory_manager_state`), plus nothing else.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct MemoryState {
@@ -205,8 +210,7 @@ impl MemoryManager {
     /// kubelet `GetMemoryNUMANodes`: the union of the container's block nodes; `None` when the
     /// container has no blocks (cpuset.mems is then left alone).
     pub fn memory_nodes(&self, pod_uid: &str, container: &str) -> Option<NumaMask> {
-        let blocks = self.container_blocks(pod_uid, container)?;
-        let mask = NumaMask::from_ids(blocks.iter().flat_map(|b| b.numa.iter().copied()));
+        let mask = block_nodes(self.container_blocks(pod_uid, container)?);
         (!mask.is_empty()).then_some(mask)
     }
 
@@ -252,15 +256,15 @@ impl MemoryManager {
     }
 
     /// In-place resize of a pod-level (PLRM) budget: the pod's memory bubble and its containers'
-    /// blocks allocated again for `pod`'s new budget, on the NUMA nodes the bubble has now (the
-    /// kubelet's allocation with that affinity). Containers that had no blocks any more (regular
-    /// init containers that finished) get none back. The caller puts the manager back when this
-    /// fails; `Err` says why.
+    /// blocks allocated again for `pod`'s new budget, with the NUMA nodes the bubble has now as
+    /// the affinity (the kubelet's allocation extends it when they cannot hold the budget: the
+    /// caller checks). Containers that had no blocks any more (regular init containers that
+    /// finished) get none back. The caller puts the manager back when this fails; `Err` says why.
     pub fn reallocate_pod(&mut self, pod: &PodSpec) -> Result<(), String> {
         let Some(blocks) = self.pod_blocks(&pod.uid) else {
             return Ok(());
         };
-        let nodes = NumaMask::from_ids(blocks.iter().flat_map(|b| b.numa.iter().copied()));
+        let nodes = block_nodes(blocks);
         let had: Vec<String> = self
             .state
             .containers
@@ -279,21 +283,6 @@ impl MemoryManager {
         }
         if let Some(entries) = self.state.containers.get_mut(&pod.uid) {
             entries.retain(|name, _| had.contains(name));
-        }
-        let now = self
-            .pod_blocks(&pod.uid)
-            .map(|b| NumaMask::from_ids(b.iter().flat_map(|b| b.numa.iter().copied())))
-            .unwrap_or_default();
-        if now.or(nodes) != nodes {
-            let ids: Vec<String> = nodes.ids().map(|i| i.to_string()).collect();
-            return Err(format!(
-                "the pod budget's {} bytes do not fit on its NUMA node(s) {}",
-                hints::pod_requests(pod, self.gates)
-                    .get(MEMORY)
-                    .copied()
-                    .unwrap_or(0),
-                ids.join(",")
-            ));
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use super::{containers, AdmittedPod, Node, NodeSnapshot, StoredHint};
 use crate::cpuset::CpuSet;
 use crate::placement::config::{TopologyPolicy, TopologyScope};
 use crate::placement::cpu::AdoptCpuError;
-use crate::placement::memory::Block;
+use crate::placement::memory::block_nodes;
 use crate::placement::{qos, AdmissionError, HintProvider, NumaMask, PodSpec, TopologyHint};
 
 /// Where a running pod was found.
@@ -151,20 +151,17 @@ impl NodeSnapshot {
             .map(|(name, a)| (name.clone(), a.cpus.clone()))
             .collect();
         let budget = self.cpu.pod_entries.get(uid).cloned().unwrap_or_default();
-        let mask = |blocks: &[Block]| {
-            NumaMask::from_ids(blocks.iter().flat_map(|b| b.numa.iter().copied()))
-        };
         let mut memory_nodes: BTreeMap<String, NumaMask> = self
             .memory
             .containers
             .get(uid)
             .into_iter()
             .flatten()
-            .map(|(name, blocks)| (name.clone(), mask(blocks)))
+            .map(|(name, blocks)| (name.clone(), block_nodes(blocks)))
             .filter(|(_, m)| !m.is_empty())
             .collect();
         if let Some(blocks) = self.memory.pods.get(uid) {
-            let pod_mask = mask(blocks);
+            let pod_mask = block_nodes(blocks);
             if !pod_mask.is_empty() {
                 if let Some(pod) = self.pods.get(uid) {
                     for c in containers(&pod.spec) {

@@ -19,6 +19,7 @@ use super::{containers, Node, PodPlacement};
 use crate::cpuset::CpuSet;
 use crate::placement::config::{MemoryPolicy, TopologyPolicy};
 use crate::placement::cpu::{ContainerAssignment, CpuManager};
+use crate::placement::memory::block_nodes;
 use crate::placement::qos::{self, IsolationLevel, PodQos};
 use crate::placement::{
     AdmissionError, ContainerRole, HintProvider, NumaMask, PodSpec, Resources, TopologyHint,
@@ -343,16 +344,16 @@ impl Node {
             return Ok(());
         }
         if qos::pod_level_managed(new, &self.config.gates) && self.plrm_scope() {
-            // Its memory is a share of the pod's bubble: the bubble is partitioned again.
+            // Its memory is a share of the pod's bubble: the bubble is partitioned again when
+            // the container's memory or hugepages change (not for a CPU-only resize).
             let requests = |p: &PodSpec| {
-                containers(p)
-                    .find(|c| c.name == name)
-                    .map(|c| c.resources.requests.clone())
+                containers(p).find(|c| c.name == name).map(|c| {
+                    let r = &c.resources.requests;
+                    (r.memory, r.hugepages.clone())
+                })
             };
-            if self.memory.pod_blocks(&new.uid).is_some() && requests(old) != requests(new) {
-                self.memory
-                    .reallocate_pod(new)
-                    .map_err(ResizeError::Memory)?;
+            if requests(old) != requests(new) {
+                self.reallocate_budget_memory(new)?;
             }
             return Ok(());
         }
@@ -362,7 +363,7 @@ impl Node {
         let Some(c) = containers(new).find(|c| c.name == name) else {
             return Ok(());
         };
-        let old_nodes = NumaMask::from_ids(blocks.iter().flat_map(|b| b.numa.iter().copied()));
+        let old_nodes = block_nodes(blocks);
         let wanted: u64 = c.resources.requests.memory.unwrap_or(0);
         let held: u64 = blocks
             .iter()
@@ -381,13 +382,33 @@ impl Node {
             .allocate(new, c, &hint)
             .map_err(|e| ResizeError::Memory(e.to_string()))?;
         let now = self.memory.memory_nodes(&new.uid, name).unwrap_or_default();
-        if now.or(old_nodes) != old_nodes {
-            return Err(ResizeError::Memory(format!(
-                "{wanted} bytes for container {name:?} do not fit on its NUMA node(s) {}",
-                mask_list(old_nodes)
-            )));
-        }
-        Ok(())
+        stays_on(old_nodes, now, || {
+            format!("{wanted} bytes for container {name:?}")
+        })
+    }
+
+    /// The pod's memory bubble (Static policy) allocated again for `new`'s budget, on the NUMA
+    /// nodes it has; refused when they cannot hold it. A pod without a bubble is left alone.
+    fn reallocate_budget_memory(&mut self, new: &PodSpec) -> Result<(), ResizeError> {
+        let Some(before) = self.memory.pod_blocks(&new.uid).map(block_nodes) else {
+            return Ok(());
+        };
+        self.memory
+            .reallocate_pod(new)
+            .map_err(ResizeError::Memory)?;
+        let after = self
+            .memory
+            .pod_blocks(&new.uid)
+            .map(block_nodes)
+            .unwrap_or_default();
+        stays_on(before, after, || {
+            let bytes = new
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.memory)
+                .unwrap_or(0);
+            format!("the pod budget's {bytes} bytes")
+        })
     }
 
     fn plrm_scope(&self) -> bool {
@@ -404,9 +425,7 @@ impl Node {
             && self.memory.pod_blocks(&old.uid).is_some()
             && old_mem != new_mem
         {
-            self.memory
-                .reallocate_pod(new)
-                .map_err(ResizeError::Memory)?;
+            self.reallocate_budget_memory(new)?;
         }
         let m = self.cpu.manager();
         let Some(bubble) = m.pod_cpus(&old.uid).cloned() else {
@@ -503,6 +522,22 @@ fn aligned_cpus(m: &CpuManager, mask: NumaMask, free: &CpuSet) -> CpuSet {
         d.cpus_in_numa_nodes(&numas)
     };
     free.intersection(&cpus)
+}
+
+/// Memory re-allocated for `what` must stay on the NUMA nodes it had.
+fn stays_on(
+    before: NumaMask,
+    after: NumaMask,
+    what: impl FnOnce() -> String,
+) -> Result<(), ResizeError> {
+    if after.or(before) == before {
+        return Ok(());
+    }
+    Err(ResizeError::Memory(format!(
+        "{} do not fit on its NUMA node(s) {}",
+        what(),
+        mask_list(before)
+    )))
 }
 
 fn mask_list(mask: NumaMask) -> String {
