@@ -49,6 +49,25 @@ async fn next_devices(
     }
 }
 
+/// The chooser's answer to the kubelet asking one gpu with gpu0 (node 0) and gpu1 (node 1)
+/// available.
+async fn choose_one_gpu(
+    chooser: &Chooser,
+) -> (
+    numa_shim::placement::device::alloc::Ids,
+    deviceplugin::Answered,
+) {
+    let devices = [device("gpu0", Some(0)), device("gpu1", Some(1))]
+        .map(|d| deviceplugin::front::to_core(&d));
+    let wanted = deviceplugin::choice::Wanted {
+        resource: GPU.into(),
+        available: ["gpu0".to_string(), "gpu1".to_string()].into(),
+        must: Default::default(),
+        size: 1,
+    };
+    chooser.choose(&devices, &wanted).await
+}
+
 async fn wait_for(path: &Path) {
     for _ in 0..200 {
         if path.exists() {
@@ -275,7 +294,6 @@ async fn without_numa_shims_decision_the_answer_is_the_kubelets_own_gpu0() {
 /// and asks the same device.
 #[tokio::test]
 async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
-    use numa_shim::deviceplugin::front;
     use numa_shim::proto::podsapi::core_v1;
     use numa_shim::testing::pods_api::PodsApi;
 
@@ -331,14 +349,7 @@ async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
     let chooser = Chooser::new(Some(placer))
         .with_pods_api(socket)
         .pod_wait(Duration::from_millis(300));
-    let devices = [device("gpu0", Some(0)), device("gpu1", Some(1))].map(|d| front::to_core(&d));
-    let wanted = deviceplugin::choice::Wanted {
-        resource: GPU.into(),
-        available: ["gpu0".to_string(), "gpu1".to_string()].into(),
-        must: Default::default(),
-        size: 1,
-    };
-    let (_, answered) = chooser.choose(&devices, &wanted).await;
+    let (_, answered) = choose_one_gpu(&chooser).await;
     assert_eq!(
         answered,
         deviceplugin::Answered::Decision {
@@ -356,7 +367,6 @@ async fn a_pod_the_kubelet_no_longer_lists_is_not_the_one_being_admitted() {
 /// 1 (pod A holds node 0's), not the kubelet's own choice gpu0.
 #[tokio::test]
 async fn a_pod_level_pod_under_the_pod_scope_gets_the_gpu_beside_its_budget() {
-    use numa_shim::deviceplugin::front;
     use numa_shim::placement::config::TopologyScope;
     use numa_shim::placement::Resources;
     use numa_shim::testing::deviceplugin::placer_knowing_with;
@@ -378,14 +388,7 @@ async fn a_pod_level_pod_under_the_pod_scope_gets_the_gpu_beside_its_budget() {
     placer.registry().admit(a, Source::Spec).unwrap();
 
     let chooser = Chooser::new(Some(placer)).pod_wait(Duration::from_millis(300));
-    let devices = [device("gpu0", Some(0)), device("gpu1", Some(1))].map(|d| front::to_core(&d));
-    let wanted = deviceplugin::choice::Wanted {
-        resource: GPU.into(),
-        available: ["gpu0".to_string(), "gpu1".to_string()].into(),
-        must: Default::default(),
-        size: 1,
-    };
-    let (ids, answered) = chooser.choose(&devices, &wanted).await;
+    let (ids, answered) = choose_one_gpu(&chooser).await;
     assert_eq!(
         answered,
         deviceplugin::Answered::Decision {

@@ -22,7 +22,7 @@
 //! rule C2) and runs in the shared pool; the front answers what the kubelet would choose with the
 //! topology visible (gpu0, the first narrowest node), and pod B gets CPU 0 beside it.
 
-use super::devices::{cpu_ids, devices, wait_kubelet_gpus};
+use super::devices::{cpu_ids, devices, wait_kubelet_gpus, Devices};
 use super::*;
 
 const PLUGIN: &str = r#"{"resource": "example.com/gpu",
@@ -80,10 +80,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
     }
 
     // Pod A: node 0's CPU.
-    rig.kubelet.add("a.yaml", &pod("a", &env.image, 0));
-    rig.kubelet.wait_running(&["a"], &[]).await;
-    let seen = wait_cpus(&env, &rig.kubelet, "a", "0").await;
-    assert_eq!(seen["app"].cpus, "0", "{seen:?}");
+    pod_a_on_node0(&env, &rig).await;
 
     // Pod B: one CPU and one gpu; only node 1 can hold both.
     rig.kubelet.add("b.yaml", &pod("b", &env.image, 1));
@@ -91,11 +88,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
     let name = rig.kubelet.full_name("b");
 
     // The kubelet gave it gpu1 (its PodResources, without topology behind the front).
-    let theirs = podresources(
-        &rig.kubelet.path("pod_resources"),
-        &["get", &name, "default"],
-    );
-    let kubelet_devs = devices(&theirs["pod_resources"]["containers"][0]);
+    let (theirs, kubelet_devs) = kubelet_devices(&rig, &name);
     assert_eq!(kubelet_devs.len(), 1, "{theirs}");
     assert_eq!(
         kubelet_devs[0].1,
@@ -305,19 +298,12 @@ async fn the_front_gives_a_pod_level_pod_the_gpu_beside_its_budget() {
         "topologyManagerScope: pod",
     );
     let (rig, plugin) = front_rig(&env, "front-pod-level", &settings, front).await;
-    rig.kubelet.add("a.yaml", &pod("a", &env.image, 0));
-    rig.kubelet.wait_running(&["a"], &[]).await;
-    let seen = wait_cpus(&env, &rig.kubelet, "a", "0").await;
-    assert_eq!(seen["app"].cpus, "0", "{seen:?}");
+    pod_a_on_node0(&env, &rig).await;
 
     rig.kubelet.add("p.yaml", &pod_level_pod("p", &env.image));
     wait_device_pod(&rig, "p", front, &plugin).await;
     let name = rig.kubelet.full_name("p");
-    let theirs = podresources(
-        &rig.kubelet.path("pod_resources"),
-        &["get", &name, "default"],
-    );
-    let kubelet_devs = devices(&theirs["pod_resources"]["containers"][0]);
+    let (theirs, kubelet_devs) = kubelet_devices(&rig, &name);
     assert_eq!(
         kubelet_devs.iter().map(|d| d.1.clone()).collect::<Vec<_>>(),
         [["gpu1"]],
@@ -340,6 +326,24 @@ async fn the_front_gives_a_pod_level_pod_the_gpu_beside_its_budget() {
     assert_no_plugin_flap(&rig.kubelet);
     drop(plugin);
     drop(rig);
+}
+
+/// Pod A (1 exclusive CPU) running on node 0's CPU.
+async fn pod_a_on_node0(env: &Env, rig: &Rig) {
+    rig.kubelet.add("a.yaml", &pod("a", &env.image, 0));
+    rig.kubelet.wait_running(&["a"], &[]).await;
+    let seen = wait_cpus(env, &rig.kubelet, "a", "0").await;
+    assert_eq!(seen["app"].cpus, "0", "{seen:?}");
+}
+
+/// The kubelet's PodResources `Get` of pod `name` and its first container's devices.
+fn kubelet_devices(rig: &Rig, name: &str) -> (Value, Devices) {
+    let theirs = podresources(
+        &rig.kubelet.path("pod_resources"),
+        &["get", name, "default"],
+    );
+    let devs = devices(&theirs["pod_resources"]["containers"][0]);
+    (theirs, devs)
 }
 
 /// A pod whose budget (`spec.resources`) is one CPU and 64Mi, its container asking one gpu.
@@ -433,7 +437,7 @@ async fn wait_log_count(shim: &Shim, text: &str, count: usize) {
 }
 
 /// `devices()` of a container holding one `example.com/gpu`, `id` on NUMA node `numa`.
-fn one_gpu(id: &str, numa: i64) -> Vec<(String, Vec<String>, Vec<i64>)> {
+fn one_gpu(id: &str, numa: i64) -> Devices {
     vec![(
         "example.com/gpu".to_string(),
         vec![id.to_string()],

@@ -35,8 +35,11 @@ pub(crate) fn nodes(topology: &Value) -> Vec<i64> {
     ids
 }
 
-/// (resource, ids, NUMA nodes) of a PodResources container's devices.
-pub(crate) fn devices(container: &Value) -> Vec<(String, Vec<String>, Vec<i64>)> {
+/// A PodResources container's devices: (resource, ids, NUMA nodes) each.
+pub(crate) type Devices = Vec<(String, Vec<String>, Vec<i64>)>;
+
+/// The devices of a PodResources container.
+pub(crate) fn devices(container: &Value) -> Devices {
     container["devices"]
         .as_array()
         .map(|a| {

@@ -152,11 +152,9 @@ async fn reader(server: &TestServer, dir: &std::path::Path) -> ClaimReader {
     ClaimReader::new(Connection::from_kubeconfig(&path).unwrap(), &[])
 }
 
-#[tokio::test]
-async fn read_walks_pod_claim_and_slices() {
-    let server = TestServer::start(None).await;
-    let dir = tempfile::tempdir().unwrap();
-    let reader = reader(&server, dir.path()).await;
+/// Queues the API server's answers to reading pod `ml/trainer`: the pod, its two claims (gpu1
+/// and gpu0 of node-a), the driver's slices.
+fn reply_trainer(server: &TestServer) {
     server.reply(200, pod_json().to_string());
     server.reply(
         200,
@@ -171,6 +169,14 @@ async fn read_walks_pod_claim_and_slices() {
         claim_json("shared-nic", &[("gpu.example.com", "node-a", "gpu0")]).to_string(),
     );
     server.reply(200, slices_json().to_string());
+}
+
+#[tokio::test]
+async fn read_walks_pod_claim_and_slices() {
+    let server = TestServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let reader = reader(&server, dir.path()).await;
+    reply_trainer(&server);
     let claims = reader.read("ml", "trainer").await.unwrap();
     let nodes: Vec<(String, BTreeSet<u32>)> =
         claims.iter().map(|c| (c.name.clone(), c.nodes())).collect();
@@ -248,20 +254,7 @@ async fn a_read_waits_for_a_slow_api_server_up_to_its_timeout() {
     let patient = reader(&slow, dir.path()).await;
     let replies = async {
         tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-        slow.reply(200, pod_json().to_string());
-        slow.reply(
-            200,
-            claim_json(
-                "trainer-gpu-x7k2p",
-                &[("gpu.example.com", "node-a", "gpu1")],
-            )
-            .to_string(),
-        );
-        slow.reply(
-            200,
-            claim_json("shared-nic", &[("gpu.example.com", "node-a", "gpu0")]).to_string(),
-        );
-        slow.reply(200, slices_json().to_string());
+        reply_trainer(&slow);
     };
     let (read, ()) = tokio::join!(patient.read("ml", "trainer"), replies);
     assert_eq!(read.unwrap().len(), 2);

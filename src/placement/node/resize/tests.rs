@@ -254,6 +254,11 @@ fn plrm_pod(budget: u64) -> PodSpec {
     )
 }
 
+/// The bytes of memory (all blocks) a container holds.
+fn held(c: &crate::placement::node::ContainerPlacement) -> u64 {
+    c.memory.iter().map(|b| b.size).sum()
+}
+
 fn assert_pool(p: &PodPlacement) {
     let bubble = p.cpus.clone().unwrap();
     let slices = p
@@ -400,11 +405,8 @@ fn static_memory_of_a_pod_budget_grows_only_where_its_node_holds_it() {
     assert_eq!(nodes(&grown), before);
     assert_eq!(total(&grown), 5 * GI);
     // The exclusive container keeps its own 1Gi; the shared one has the pool, 4Gi now.
-    let sum = |c: &crate::placement::node::ContainerPlacement| {
-        c.memory.iter().map(|b| b.size).sum::<u64>()
-    };
-    assert_eq!(sum(container(&grown, "ex")), GI);
-    assert_eq!(sum(container(&grown, "shared")), 4 * GI);
+    assert_eq!(held(container(&grown, "ex")), GI);
+    assert_eq!(held(container(&grown, "shared")), 4 * GI);
     assert_eq!(
         container(&grown, "shared").memory_nodes,
         container(&placed, "shared").memory_nodes
@@ -419,7 +421,7 @@ fn static_memory_of_a_pod_budget_grows_only_where_its_node_holds_it() {
     let back = n.resize_pod("p", &whole(3000, 2 * GI)).unwrap();
     assert_eq!(nodes(&back), before);
     assert_eq!(total(&back), 2 * GI);
-    assert_eq!(sum(container(&back, "shared")), GI);
+    assert_eq!(held(container(&back, "shared")), GI);
 }
 
 /// A container of a pod-level pod under the pod scope: its memory is a share of the pod's
@@ -432,14 +434,11 @@ fn static_memory_of_a_container_in_a_pod_budget_repartitions_the_bubble() {
         TopologyScope::Pod,
     )));
     let placed = n.admit(&plrm_pod(3)).unwrap();
-    let sum = |c: &crate::placement::node::ContainerPlacement| {
-        c.memory.iter().map(|b| b.size).sum::<u64>()
-    };
-    assert_eq!(sum(container(&placed, "ex")), GI);
-    assert_eq!(sum(container(&placed, "shared")), 2 * GI);
+    assert_eq!(held(container(&placed, "ex")), GI);
+    assert_eq!(held(container(&placed, "shared")), 2 * GI);
     let grown = n.resize_container("p", "ex", &whole(1000, 2 * GI)).unwrap();
-    assert_eq!(sum(container(&grown, "ex")), 2 * GI);
-    assert_eq!(sum(container(&grown, "shared")), GI);
+    assert_eq!(held(container(&grown, "ex")), 2 * GI);
+    assert_eq!(held(container(&grown, "shared")), GI);
     assert_eq!(grown.memory, placed.memory, "the bubble stays");
     assert_eq!(
         container(&grown, "ex").memory_nodes,
