@@ -285,6 +285,65 @@ async fn a_pod_budget_grows_and_shrinks_its_pool_keeping_the_slice() {
     );
 }
 
+/// A pod-level budget admitted fractional runs on the node shared pool; grown to whole CPUs (in
+/// the kubelet's passes) it gets a bubble on one NUMA node: the exclusive container a slice,
+/// the helper the pod pool, both pushed to the runtime; shrunk back, both return to the node
+/// shared pool, which is whole again.
+#[tokio::test]
+async fn a_fractional_budget_grown_whole_gets_a_bubble_and_gives_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let def = pod_def("web")
+        .pod_level(Res::guaranteed(1500, 4 * GI))
+        .container("main", Res::guaranteed(1000, GI))
+        .container("helper", Res::default());
+    let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
+    let running = &running[0];
+    let topology = shim.started.placer.registry().node().topology().clone();
+    let (main, helper) = (
+        running.id("main").to_string(),
+        running.id("helper").to_string(),
+    );
+    let shared = shim.shared();
+    assert_eq!(
+        runtime_cpus(&shim, &main),
+        shared,
+        "fractional: node shared pool"
+    );
+    assert_eq!(runtime_cpus(&shim, &helper), shared);
+
+    let (small, whole) = (Res::guaranteed(1500, 4 * GI), Res::guaranteed(3000, 4 * GI));
+    kubelet
+        .resize_sandbox_in_passes(&running.sandbox, &small, &whole)
+        .await
+        .unwrap();
+    shim.eventually("the helper on a pod pool of 2 CPUs", |f| {
+        CpuSet::parse(&f.resources(&helper).cpuset_cpus).is_ok_and(|c| c.len() == 2)
+    })
+    .await;
+    shim.eventually("main on a slice of 1 CPU", |f| {
+        CpuSet::parse(&f.resources(&main).cpuset_cpus).is_ok_and(|c| c.len() == 1)
+    })
+    .await;
+    let (slice, pool) = (runtime_cpus(&shim, &main), runtime_cpus(&shim, &helper));
+    let bubble = slice.union(&pool);
+    assert_eq!(bubble.len(), 3, "slice {slice}, pool {pool}");
+    one_numa(&topology, &bubble);
+    assert_eq!(shim.shared(), shared.difference(&bubble));
+    assert_eq!(resizes(&shim, "applied"), 1);
+
+    kubelet
+        .resize_sandbox_in_passes(&running.sandbox, &whole, &small)
+        .await
+        .unwrap();
+    shim.eventually("both back on the node shared pool", |f| {
+        f.resources(&main).cpuset_cpus == shared.to_string()
+            && f.resources(&helper).cpuset_cpus == shared.to_string()
+    })
+    .await;
+    assert_eq!(shim.shared(), shared);
+    assert_eq!(resizes(&shim, "refused"), 0);
+}
+
 /// The CPU ids PodResources `List` (what numa-shim serves, from the same registry) gives the
 /// container `name` of pod `pod`.
 fn listed_cpus(shim: &Shim, pod: &str, name: &str) -> CpuSet {

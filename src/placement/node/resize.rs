@@ -53,8 +53,8 @@ pub enum ResizeError {
     InitContainer(String),
     #[error("resize would change the pod's QoS class from {from:?} to {to:?}")]
     QosChange { from: PodQos, to: PodQos },
-    #[error("pod-level CPU budget must stay a whole number of CPUs (asked {milli}m)")]
-    FractionalBudget { milli: u64 },
+    #[error("pod-level CPU budget cannot become fractional (asked {milli}m): it keeps the {} CPUs it was admitted with ({promised})", promised.len())]
+    FractionalBudget { milli: u64, promised: CpuSet },
     #[error("cannot shrink {what} to {requested} exclusive CPUs: it keeps the {} CPUs it was admitted with ({promised})", promised.len())]
     BelowPromised {
         what: String,
@@ -69,7 +69,7 @@ pub enum ResizeError {
         detail: String,
     },
     #[error("{0}")]
-    Admission(AdmissionError),
+    Admission(#[from] AdmissionError),
     #[error("memory: {0}")]
     Memory(String),
 }
@@ -428,20 +428,18 @@ impl Node {
             self.reallocate_budget_memory(new)?;
         }
         let m = self.cpu.manager();
-        let Some(bubble) = m.pod_cpus(&old.uid).cloned() else {
-            return Ok(());
-        };
         if !m.is_static() {
             return Ok(());
         }
-        let milli = new
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.cpu_milli)
-            .unwrap_or(0);
         let want = m.pod_guaranteed_cpus(new);
+        let Some(bubble) = m.pod_cpus(&old.uid).cloned() else {
+            if want > 0 && qos::pod_level_managed(new, &self.config.gates) && self.plrm_scope() {
+                return self.make_budget(old, new, want);
+            }
+            return Ok(());
+        };
         if want == 0 {
-            return Err(ResizeError::FractionalBudget { milli });
+            return self.drop_budget(old, new, &bubble);
         }
         m.validate_pod_scope_resources(new)
             .map_err(ResizeError::Admission)?;
@@ -495,6 +493,123 @@ impl Node {
         m.state.pod_entries.insert(old.uid.clone(), next.clone());
         repartition(m, new, &next, &pool, None);
         Ok(())
+    }
+}
+
+impl Node {
+    /// A fractional budget (admitted on the node shared pool) grown to whole CPUs: the pod gets
+    /// a bubble as an admission would give it (`GetPodTopologyHints` merged with the pod's
+    /// memory and devices where they already are, then `AllocatePod`'s allocation and
+    /// partition); its containers leave the node shared pool for their slices and the pod pool.
+    /// Under `single-numa-node` / `restricted` a budget no NUMA node can hold is refused with
+    /// the free CPUs of each node.
+    fn make_budget(
+        &mut self,
+        old: &PodSpec,
+        new: &PodSpec,
+        want: usize,
+    ) -> Result<(), ResizeError> {
+        let claimed = self.claims.pod_hints(new, self.numa_nodes());
+        let mut hints = [
+            self.devices.pod_hint_sets(new).map_err(super::too_wide)?,
+            self.cpu.pod_hint_sets(new).map_err(super::too_wide)?,
+            self.memory.pod_hint_sets(new).map_err(super::too_wide)?,
+        ];
+        let (hint, admit) = self
+            .merge_with_claims(&mut hints, &claimed)
+            .map_err(ResizeError::Admission)?;
+        if !admit {
+            return Err(self.no_node_holds(want));
+        }
+        let m = self.cpu.manager_mut();
+        m.allocate_whole_pod(new, &hint)
+            .map_err(ResizeError::Admission)?;
+        let Some(record) = self.pods.get_mut(&old.uid) else {
+            return Ok(());
+        };
+        // Containers that already ended (regular init containers) get nothing back.
+        if let Some(entries) = self.cpu.manager_mut().state.entries.get_mut(&old.uid) {
+            entries.retain(|name, _| record.live.contains(name));
+        }
+        for stored in record.hints.values_mut() {
+            *stored = hint.into();
+        }
+        // Nothing of the bubble was promised at admission: it may be given up again.
+        record.promised.budget.get_or_insert_with(CpuSet::new);
+        Ok(())
+    }
+
+    /// A whole budget shrunk to a fractional one: the bubble goes back to the node shared pool
+    /// and every container with it (as a fractional budget is admitted). Only a budget that was
+    /// admitted fractional may do so, and only while no container holds promised CPUs.
+    fn drop_budget(
+        &mut self,
+        old: &PodSpec,
+        new: &PodSpec,
+        bubble: &CpuSet,
+    ) -> Result<(), ResizeError> {
+        let milli = new
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.cpu_milli)
+            .unwrap_or(0);
+        let record = self.pods.get(&old.uid);
+        let promised = record
+            .and_then(|r| r.promised.budget.clone())
+            .unwrap_or_else(|| bubble.clone());
+        if !promised.is_empty() {
+            return Err(ResizeError::FractionalBudget { milli, promised });
+        }
+        if let Some((name, cpus)) = record
+            .into_iter()
+            .flat_map(|r| &r.promised.containers)
+            .find(|(_, cpus)| !cpus.is_empty())
+        {
+            return Err(ResizeError::BelowPromised {
+                what: format!("container {name:?}"),
+                requested: 0,
+                promised: cpus.clone(),
+            });
+        }
+        let m = self.cpu.manager_mut();
+        m.state.default_cpu_set = m.state.default_cpu_set.union(bubble);
+        m.state.pod_entries.remove(&old.uid);
+        m.state.entries.remove(&old.uid);
+        Ok(())
+    }
+
+    /// Why no NUMA node (set) the policy accepts holds `want` CPUs: each node's free CPUs.
+    fn no_node_holds(&self, want: usize) -> ResizeError {
+        let m = self.cpu.manager();
+        let free = m.available();
+        let d = m.topology().details();
+        let detail = self
+            .numa_nodes()
+            .iter()
+            .map(|&n| {
+                let on = free.intersection(&d.cpus_in_numa_nodes(&[n]));
+                format!("NUMA node {n}: free cpus \"{on}\"")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        ResizeError::NotEnoughCpus {
+            requested: want,
+            available: free.len(),
+            detail: format!(
+                "{}: no NUMA affinity the policy admits holds them; {detail}",
+                policy_name(self.config.topology_policy)
+            ),
+        }
+    }
+}
+
+/// The kubelet's spelling of a Topology Manager policy.
+fn policy_name(p: TopologyPolicy) -> &'static str {
+    match p {
+        TopologyPolicy::None => "none",
+        TopologyPolicy::BestEffort => "best-effort",
+        TopologyPolicy::Restricted => "restricted",
+        TopologyPolicy::SingleNumaNode => "single-numa-node",
     }
 }
 

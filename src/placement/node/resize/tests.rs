@@ -337,13 +337,118 @@ fn plrm_budget_grows_and_shrinks_by_its_pool_keeping_slices() {
     );
     let err = n.resize_pod("p", &whole(3500, 3 * GI)).unwrap_err();
     assert!(
-        matches!(err, ResizeError::FractionalBudget { milli: 3500 }),
+        matches!(err, ResizeError::FractionalBudget { milli: 3500, .. }),
         "{err}"
     );
     // single-numa-node: a node has 6 CPUs (5 on node 0).
     let err = n.resize_pod("p", &whole(8000, 3 * GI)).unwrap_err();
     assert!(err.is_exhausted(), "{err}");
     assert_eq!(n.snapshot(), snap);
+}
+
+/// A pod-level pod with a fractional budget (`milli`, no bubble: the node shared pool).
+fn fractional_plrm_pod(milli: u64) -> PodSpec {
+    pod(
+        "p",
+        vec![],
+        vec![gu("ex", ContainerRole::App, 1000, GI), bare("shared")],
+        Some((milli, 3 * GI)),
+    )
+}
+
+#[test]
+fn a_fractional_budget_grown_whole_gets_a_pod_pool_and_can_go_back() {
+    let mut n = node(with_memory(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Pod,
+    )));
+    let placed = n.admit(&fractional_plrm_pod(1500)).unwrap();
+    assert_eq!(placed.cpus, None, "a fractional budget has no bubble");
+    assert!(placed.containers.iter().all(|c| !c.exclusive));
+    let shared = n.shared_cpus();
+    let memory = block_nodes(&placed.memory);
+
+    let grown = n.resize_pod("p", &whole(3000, 3 * GI)).unwrap();
+    let bubble = grown.cpus.clone().expect("a pod budget after the grow");
+    assert_eq!(bubble.len(), 3);
+    assert_eq!(numa(&bubble).len(), 1, "single-numa-node: one node");
+    assert_eq!(
+        NumaMask::from_ids(numa(&bubble)),
+        memory,
+        "beside the pod's memory"
+    );
+    let ex = container(&grown, "ex");
+    assert!(ex.exclusive && ex.cpus.len() == 1 && ex.cpus.is_subset(&bubble));
+    assert_eq!(container(&grown, "shared").isolation, Isolation::Pod);
+    assert_pool(&grown);
+    assert_eq!(n.shared_cpus(), shared.difference(&bubble));
+
+    // It was admitted without a bubble: it may go back to the node shared pool.
+    let back = n.resize_pod("p", &whole(1500, 3 * GI)).unwrap();
+    assert_eq!(back.cpus, None);
+    assert!(back
+        .containers
+        .iter()
+        .all(|c| !c.exclusive && c.cpus == shared));
+    assert_eq!(n.shared_cpus(), shared);
+    assert_eq!(back.memory, placed.memory, "memory untouched");
+}
+
+#[test]
+fn a_budget_admitted_whole_or_holding_a_resized_slice_stays_whole() {
+    let mut n = node(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Pod,
+    ));
+    n.admit(&plrm_pod(3)).unwrap();
+    let snap = n.snapshot();
+    let err = n.resize_pod("p", &whole(2500, 3 * GI)).unwrap_err();
+    assert!(
+        matches!(err, ResizeError::FractionalBudget { milli: 2500, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("admitted with"), "{err}");
+    assert_eq!(n.snapshot(), snap);
+
+    let mut n = node(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Pod,
+    ));
+    n.admit(&fractional_plrm_pod(1500)).unwrap();
+    n.resize_pod("p", &whole(4000, 3 * GI)).unwrap();
+    // The slice grown by a container resize is promised to it.
+    let grown = n.resize_container("p", "ex", &whole(2000, GI)).unwrap();
+    assert_eq!(container(&grown, "ex").cpus.len(), 2);
+    let snap = n.snapshot();
+    let err = n.resize_pod("p", &whole(1500, 3 * GI)).unwrap_err();
+    assert!(
+        matches!(err, ResizeError::BelowPromised { requested: 0, .. }),
+        "{err}"
+    );
+    assert_eq!(n.snapshot(), snap);
+}
+
+#[test]
+fn a_fractional_budget_that_no_numa_node_can_hold_whole_is_refused_with_the_free_cpus() {
+    let mut n = node(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Pod,
+    ));
+    n.admit(&fractional_plrm_pod(2500)).unwrap();
+    let snap = n.snapshot();
+    // 5 free on node 0, 6 on node 1.
+    let err = n.resize_pod("p", &whole(7000, 3 * GI)).unwrap_err();
+    assert!(err.is_exhausted(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("requested=7"), "{text}");
+    assert!(
+        text.contains("NUMA node 1: free cpus \"1,3,5,7,9,11\""),
+        "{text}"
+    );
+    assert_eq!(n.snapshot(), snap);
+    // Fits one node: admitted there, as an admission would place it.
+    let grown = n.resize_pod("p", &whole(6000, 3 * GI)).unwrap();
+    assert_eq!(grown.cpus, Some(cpus("1,3,5,7,9,11")));
 }
 
 #[test]
@@ -525,16 +630,26 @@ enum Op {
     RemoveContainer(usize, usize),
 }
 
+/// A pod-level CPU budget in millicores (0: none): whole, or fractional (no bubble).
+fn budget() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        (1u64..=8).prop_map(|n| n * 1000),
+        Just(1500u64),
+        Just(2500u64)
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let milli = prop_oneof![Just(0u64), Just(1500u64), (1u64..=4).prop_map(|n| n * 1000)];
     prop_oneof![
-        3 => (prop_oneof![Just(0u64), 2u64..=6], prop::collection::vec(milli.clone(), 1..=3))
+        3 => (budget(), prop::collection::vec(milli.clone(), 1..=3))
             .prop_map(|(p, c)| Op::Admit(p, c)),
         2 => (0usize..6).prop_map(Op::Start),
         5 => (0usize..6, 0usize..3, milli, prop_oneof![3 => Just(1u64), 1 => 2u64..=8])
             .prop_map(|(p, c, m, g)| Op::Resize(p, c, m, g)),
         4 => (0usize..6, 0usize..3, prop_oneof![-2i8..=-1, 1i8..=2]).prop_map(|(p, c, d)| Op::Step(p, c, d)),
-        2 => (0usize..6, 1u64..=8).prop_map(|(p, n)| Op::ResizePod(p, n)),
+        2 => (0usize..6, budget().prop_filter("a budget", |&m| m > 0)).prop_map(|(p, m)| Op::ResizePod(p, m)),
         1 => (0usize..6).prop_map(Op::Remove),
         1 => (0usize..6, 0usize..3).prop_map(|(p, c)| Op::RemoveContainer(p, c)),
     ]
@@ -548,13 +663,13 @@ fn resources_for(milli: u64, pod_level: bool, mem: u64) -> Resources {
     }
 }
 
-fn build(i: usize, pod_cpus: u64, millis: &[u64]) -> PodSpec {
+fn build(i: usize, pod_milli: u64, millis: &[u64]) -> PodSpec {
     let apps = millis
         .iter()
         .enumerate()
         .map(|(j, &m)| {
             let name = format!("c{j}");
-            match resources_for(m, pod_cpus > 0, GI) {
+            match resources_for(m, pod_milli > 0, GI) {
                 r if r == Resources::default() => bare(&name),
                 r => ContainerSpec {
                     name,
@@ -564,7 +679,7 @@ fn build(i: usize, pod_cpus: u64, millis: &[u64]) -> PodSpec {
             }
         })
         .collect();
-    let level = (pod_cpus > 0).then_some((pod_cpus * 1000, 4 * GI));
+    let level = (pod_milli > 0).then_some((pod_milli, 4 * GI));
     pod(&format!("pod-{i}"), vec![], apps, level)
 }
 
@@ -792,14 +907,27 @@ fn run(s: &Setup, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
                     }
                 }
             }
-            Op::ResizePod(k, cpus) => {
+            Op::ResizePod(k, milli) => {
                 let Some(p) = pick(*k) else { continue };
                 if p.resources.is_none() {
                     continue;
                 }
                 let before = n.snapshot();
-                match n.resize_pod(&p.uid, &whole(cpus * 1000, 4 * GI)) {
-                    Ok(placed) => log.push(format!("{placed:?}")),
+                match n.resize_pod(&p.uid, &whole(*milli, 4 * GI)) {
+                    Ok(placed) => {
+                        let bubbles =
+                            s.scope == TopologyScope::Pod && s.policy != TopologyPolicy::None;
+                        match &placed.cpus {
+                            Some(b) => prop_assert_eq!(b.len() as u64 * 1000, *milli),
+                            None => prop_assert!(
+                                milli % 1000 != 0 || !bubbles,
+                                "{}: whole budget {}m without a bubble",
+                                p.uid,
+                                milli
+                            ),
+                        }
+                        log.push(format!("{placed:?}"))
+                    }
                     Err(e) => {
                         prop_assert_eq!(
                             &n.snapshot(),
