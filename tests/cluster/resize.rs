@@ -236,10 +236,13 @@ fn patch_budget(c: &Cluster, pod: &str, cpu: &str) -> bool {
 /// node's shared pool under the budget's quota. `kubectl patch pod --subresource resize` of
 /// `spec.resources` to 1 CPU: the kubelet v1.37.2 (gate `InPlacePodLevelResourcesVerticalScaling`,
 /// beta, on) sends UpdatePodSandboxResources for the pod cgroup's limit and then its request,
-/// then UpdateContainerResources for both containers with the new quota. The kernel's quota,
-/// numa-shim's budget and the pod's status resources agree after the grow and after the shrink
-/// back. On this machine (one allocatable CPU) the budget cannot become a whole-CPU pod pool
-/// beside an exclusive container; tests/e2e/resize.rs covers that with the fake runtime.
+/// then UpdateContainerResources for both containers with the new quota. The whole budget gets a
+/// bubble (the one allocatable CPU, 1) as an admission would: both containers move from the
+/// node shared pool to that pod pool; back at 500m (a budget admitted fractional may) they
+/// return to the node shared pool. The kernel's cpusets and quota, numa-shim's budget and the
+/// pod's status resources agree after the grow and after the shrink back. On this machine (one
+/// allocatable CPU) the budget cannot hold an exclusive container beside its pool; the
+/// multi-NUMA guest does that (integration/numa-vm/resize-guest.sh).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the loopback control plane and containerd (integration/apiserver-tests.sh)"]
 async fn kubectl_resize_of_a_pod_level_budget() {
@@ -262,7 +265,10 @@ async fn kubectl_resize_of_a_pod_level_budget() {
     assert_eq!(seen["budget"]["app"].quota, 50_000, "the budget's quota");
     c.assert_consistent().await;
 
-    for (cpu, quota) in [("1", 100_000), ("500m", 50_000)] {
+    for (cpu, quota, cpus, bubble) in [
+        ("1", 100_000, "1", Some("1")),
+        ("500m", 50_000, "0-1", None),
+    ] {
         if !patch_budget(&c, "budget", cpu) {
             return;
         }
@@ -271,7 +277,7 @@ async fn kubectl_resize_of_a_pod_level_budget() {
             "after the resize to {cpu}: status.resources {} containerStatuses {}",
             p["status"]["resources"], p["status"]["containerStatuses"][0]["resources"]
         );
-        // The kernel: both containers under the new quota, still on the shared pool.
+        // The kernel: both containers under the new quota, on the pod pool / node shared pool.
         let deadline = Instant::now() + Duration::from_secs(45);
         loop {
             let seen = c.kernel().await;
@@ -282,22 +288,19 @@ async fn kubectl_resize_of_a_pod_level_budget() {
                     (s.cpus.clone(), s.quota)
                 })
                 .collect();
-            if got == [("0-1".to_string(), quota), ("0-1".to_string(), quota)] {
+            if got == [(cpus.to_string(), quota), (cpus.to_string(), quota)] {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "kernel {got:?}, want quota {quota}"
+                "kernel {got:?}, want cpus {cpus}, quota {quota}"
             );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        // numa-shim: the budget it holds is the new one; PodResources lists no bubble.
+        // numa-shim: a bubble for the whole budget, none for the fractional one.
         let view = c.placement();
         let pod = view.pods.iter().find(|p| p.name == "budget").unwrap();
-        assert_eq!(
-            pod.cpus, None,
-            "no pod pool for a fractional budget: {pod:?}"
-        );
+        assert_eq!(pod.cpus.as_deref(), bubble, "the pod's bubble: {pod:?}");
         let list = super::rk::podresources(&c.shim.pod_resources(), &["list"]);
         eprintln!("PodResources List: {list}");
         c.assert_consistent().await;
