@@ -2,7 +2,16 @@
 # Helpers of the scripts that run inside a multi-NUMA guest of integration/numa-vm/run.sh
 # (crictl-flow.sh, dra-guest.sh, kubelet-compare.sh): step headings, counted failures, the
 # guest's NUMA nodes, and the judge of numa-shim's placement against the kernel
-# (integration/numa-vm/numa_check.py). Source it after common.sh; it defines no traps.
+# (integration/numa-vm/numa_check.py). The guest scripts source only this for the harness they
+# share (common.sh, image.sh, containerd.sh: the private containerd); set IT_RUN first. It
+# defines no traps.
+
+# shellcheck source=integration/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=integration/lib/image.sh
+source "$(dirname "${BASH_SOURCE[0]}")/image.sh"
+# shellcheck source=integration/lib/containerd.sh
+source "$(dirname "${BASH_SOURCE[0]}")/containerd.sh"
 
 numavm_failures=0
 

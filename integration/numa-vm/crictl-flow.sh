@@ -30,12 +30,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_RUN=${IT_RUN:-/run/nsit-numavm}
-# shellcheck source=integration/lib/common.sh
-source "$here/../lib/common.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/../lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/../lib/containerd.sh"
 # shellcheck source=integration/lib/numavm.sh
 source "$here/../lib/numavm.sh"
 

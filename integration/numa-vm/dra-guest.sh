@@ -25,18 +25,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_RUN=${IT_RUN:-/run/nsit-numavm-dra}
 export IT_CP_WAIT_FACTOR=${IT_CP_WAIT_FACTOR:-20} IT_KUBELET_START_SECS=${IT_KUBELET_START_SECS:-1200}
-# shellcheck source=integration/lib/common.sh
-source "$here/../lib/common.sh"
-# shellcheck source=integration/lib/apiserver.sh
-source "$here/../lib/apiserver.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/../lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/../lib/containerd.sh"
-# shellcheck source=integration/lib/kubelet.sh
-source "$here/../lib/kubelet.sh"
 # shellcheck source=integration/lib/numavm.sh
 source "$here/../lib/numavm.sh"
+# shellcheck source=integration/lib/apiserver.sh
+source "$here/../lib/apiserver.sh"
+# shellcheck source=integration/lib/kubelet.sh
+source "$here/../lib/kubelet.sh"
 wait_secs=${NUMAVM_DRA_WAIT_SECS:-1800}
 
 bin=$(it_numa_shim_bin)

@@ -28,16 +28,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_RUN=${IT_RUN:-/run/nsit-numavm}
-# shellcheck source=integration/lib/common.sh
-source "$here/../lib/common.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/../lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/../lib/containerd.sh"
-# shellcheck source=integration/lib/kubelet.sh
-source "$here/../lib/kubelet.sh"
 # shellcheck source=integration/lib/numavm.sh
 source "$here/../lib/numavm.sh"
+# shellcheck source=integration/lib/kubelet.sh
+source "$here/../lib/kubelet.sh"
 export IT_KUBELET_START_SECS=${IT_KUBELET_START_SECS:-600}
 settle_secs=${NUMAVM_KUBELET_SETTLE_SECS:-30}
 version=${IT_KUBELET_VERSION:-v1.37.2}
