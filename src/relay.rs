@@ -1,15 +1,15 @@
 //! The transparent CRI relay: an HTTP/2 gRPC server on a unix socket that forwards every call to
 //! the container runtime over one multiplexed HTTP/2 connection.
 //!
-//! Calls are routed by path. RunPodSandbox, CreateContainer and UpdateContainerResources are
-//! decoded and offered to a [`Hook`] (which may patch or reject them); StopPodSandbox,
-//! RemovePodSandbox, StopContainer and RemoveContainer are decoded only so the hook can observe
-//! their outcome. Everything else — unary or streaming, known or unknown method or service —
-//! passes as raw HTTP/2 frames with headers, trailers and status untouched. Before h2 sees a
-//! client's bytes, [`AuthorityFilter`] makes a socket-path `:authority` (grpc C-core,
-//! grpc-java) acceptable; a caller's deadline or hang-up cancels the runtime call and
-//! `settle` asks the runtime what it did. [`LifecycleHook`] is the hook `serve` plugs in: the
-//! pod lifecycle (`crate::lifecycle`) behind it, fed plain outcomes, never CRI answers.
+//! Calls are routed by path. RunPodSandbox, CreateContainer, UpdateContainerResources and
+//! UpdatePodSandboxResources are decoded and offered to a [`Hook`] (which may patch or reject
+//! them); StopPodSandbox, RemovePodSandbox, StopContainer and RemoveContainer are decoded only so
+//! the hook can observe their outcome. Everything else — unary or streaming, known or unknown
+//! method or service — passes as raw HTTP/2 frames with headers, trailers and status untouched.
+//! Before h2 sees a client's bytes, [`AuthorityFilter`] makes a socket-path `:authority` (grpc
+//! C-core, grpc-java) acceptable; a caller's deadline or hang-up cancels the runtime call and
+//! `settle` asks the runtime what it did. [`LifecycleHook`] is the hook `serve` plugs in: the pod
+//! lifecycle (`crate::lifecycle`) behind it, fed plain outcomes, never CRI answers.
 //!
 //! Invariants: a request is never re-encoded from its decoded form (patches are appended on the
 //! wire); a runtime response is never altered; the relay holds no lock across a runtime call;

@@ -30,27 +30,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_RUN=${IT_RUN:-/run/nsit-numavm}
-# shellcheck source=integration/lib/common.sh
-source "$here/../lib/common.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/../lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/../lib/containerd.sh"
+# shellcheck source=integration/lib/numavm.sh
+source "$here/../lib/numavm.sh"
 
-failures=0
-step() { printf '\n### [+%ss] %s\n' "$SECONDS" "$*"; }
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
 # checked CMD...: runs a check, counting its failure without stopping the flow.
-checked() { "$@" || fail "$* (exit $?)"; }
+checked() { "$@" || numavm_fail "$* (exit $?)"; }
 
 [[ -f /sys/fs/cgroup/cgroup.controllers ]] || it_die "cgroup v2 is not mounted at /sys/fs/cgroup"
 nodes=$(find /sys/devices/system/node -maxdepth 1 -name 'node[0-9]*' | wc -l)
 cpus=$(nproc --all)
 per_node=$((cpus / nodes))
-step "Guest: $cpus CPUs, $nodes NUMA nodes ($(for n in /sys/devices/system/node/node[0-9]*; do printf '%s=%s ' "${n##*/}" "$(cat "$n/cpulist")"; done))"
+numavm_step "Guest: $cpus CPUs, $nodes NUMA nodes ($(numavm_nodes))"
 
 # finish: keeps the logs of containerd and numa-shim in the share (the guest's disk goes at
 # poweroff), then tears down, keeping the exit status.
@@ -75,7 +65,7 @@ shim_args=(--config "$dir/numa-shim.yaml" --state-dir "$IT_RUN/shim-state" --pod
 shim=$(it_shim_start shim "${shim_args[@]}")
 echo "numa-shim settings:" && sed 's/^/  /' "$dir/numa-shim.yaml"
 echo "numa-shim topology:" && "$bin" topology | sed 's/^/  /'
-check() { python3 "$here/numa_check.py" --placement "http://$metrics" --crictl "$IT_BIN/crictl --config $IT_WORK/crictl.yaml --runtime-endpoint unix://$shim --timeout 120s" "$@"; }
+numavm_shim "$metrics" "$shim"
 shared_cpus() { python3 -c 'import json,sys,urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))["sharedCPUs"])' "http://$metrics/placement"; }
 # wait_shared CPUS: waits (60 s at most) until the node shared pool is CPUS.
 wait_shared() {
@@ -84,7 +74,7 @@ wait_shared() {
         [[ $(shared_cpus) == "$1" ]] && return 0
         sleep 0.5
     done
-    fail "the node shared pool is $(shared_cpus), expected $1"
+    numavm_fail "the node shared pool is $(shared_cpus), expected $1"
 }
 # wait_cpuset ID CPUS: waits (60 s at most) until container ID's kernel cpuset.cpus is CPUS.
 wait_cpuset() {
@@ -96,7 +86,7 @@ wait_cpuset() {
         [[ $now == "$2" ]] && return 0
         sleep 0.5
     done
-    fail "container $1: cpuset.cpus is $now, expected $2 ($cg)"
+    numavm_fail "container $1: cpuset.cpus is $now, expected $2 ($cg)"
 }
 
 # res SHARES QUOTA MEMORY: CRI LinuxContainerResources as the kubelet fills them.
@@ -130,23 +120,23 @@ remove_pod() {
 refused() {
     local out
     if out=$(it_crictl "$shim" runp "$dir/pod-$1.json" 2>&1); then
-        fail "pod $1 was admitted (sandbox $out); expected TopologyAffinityError"
+        numavm_fail "pod $1 was admitted (sandbox $out); expected TopologyAffinityError"
         return
     fi
     out=$(tail -1 <<<"$out")
     echo "refused: ${out#*desc = }"
     grep -q 'code = FailedPrecondition desc = TopologyAffinityError: ' <<<"$out" ||
-        fail "pod $1: refusal without the kubelet's reason: $out"
+        numavm_fail "pod $1: refusal without the kubelet's reason: $out"
 }
 
 all=$(cat /sys/devices/system/cpu/online)
-step "A pod in the node shared pool (500m): it runs on every CPU ($all)"
+numavm_step "A pod in the node shared pool (500m): it runs on every CPU ($all)"
 pod_json burst "$(res 512 50000 67108864)"
 container_json burst "$(res 512 50000 67108864)"
 run_pod burst burst
 wait_shared "$all"
 
-step "The tutorial's mixed pod, one node's CPUs ($per_node): main exclusive, sidecars proxy and logs in the pod pool"
+numavm_step "The tutorial's mixed pod, one node's CPUs ($per_node): main exclusive, sidecars proxy and logs in the pod pool"
 m=$((per_node - 1))
 pod_json mixed "$(res $((per_node * 1024)) $((per_node * 100000)) 268435456)"
 container_json proxy "$(res $((per_node * 1024)) $((per_node * 100000)) 268435456)"
@@ -154,13 +144,13 @@ container_json logs "$(res $((per_node * 1024)) $((per_node * 100000)) 268435456
 container_json main "$(res $((m * 1024)) $((m * 100000)) 134217728)"
 run_pod mixed proxy logs main
 
-step "A 1-CPU pod writing 64 MiB into its /tmp"
+numavm_step "A 1-CPU pod writing 64 MiB into its /tmp"
 pod_json mem "$(res 1024 100000 201326592)"
 container_json mem "$(res 1024 100000 201326592)" 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null;'
 run_pod mem mem
 
 if ((nodes > 2)); then
-    step "More than 2 nodes: a pod of one node's CPUs ($per_node) writing 64 MiB lands on a third node"
+    numavm_step "More than 2 nodes: a pod of one node's CPUs ($per_node) writing 64 MiB lands on a third node"
     pod_json far "$(res $((per_node * 1024)) $((per_node * 100000)) 201326592)"
     container_json far "$(res $((per_node * 1024)) $((per_node * 100000)) 201326592)" 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null;'
     run_pod far far
@@ -168,32 +158,32 @@ fi
 
 mixed_cpus=$(python3 -c 'import json,sys,urllib.request; print([p["cpus"] for p in json.load(urllib.request.urlopen(sys.argv[1]))["pods"] if p["name"] == "mixed"][0])' "http://$metrics/placement")
 shrunk=$(shared_cpus)
-step "The node shared pool shrank to $shrunk (mixed holds $mixed_cpus); the shared pod follows it"
-[[ $shrunk != "$all" ]] || fail "the node shared pool did not shrink: $shrunk"
+numavm_step "The node shared pool shrank to $shrunk (mixed holds $mixed_cpus); the shared pod follows it"
+[[ $shrunk != "$all" ]] || numavm_fail "the node shared pool did not shrink: $shrunk"
 wait_cpuset "${ids[burst]}" "$shrunk"
 
 if [[ -n ${NUMAVM_BREAK_MEMS:-} ]]; then
-    step "NUMAVM_BREAK_MEMS: a wrong cpuset.mems for main (this run must fail)"
-    checked check check --break-mems main
+    numavm_step "NUMAVM_BREAK_MEMS: a wrong cpuset.mems for main (this run must fail)"
+    checked numavm_check check --break-mems main
 else
-    step "Kernel against numa-shim's decision, every container"
-    checked check check
+    numavm_step "Kernel against numa-shim's decision, every container"
+    checked numavm_check check
 fi
-step "Memory lands on the decided node"
-checked check numastat mem 64
-if ((nodes > 2)); then checked check numastat far 64; fi
+numavm_step "Memory lands on the decided node"
+checked numavm_check numastat mem 64
+if ((nodes > 2)); then checked numavm_check numastat far 64; fi
 
-step "A pod bigger than one node ($((per_node + 1)) CPUs) under single-numa-node is refused"
+numavm_step "A pod bigger than one node ($((per_node + 1)) CPUs) under single-numa-node is refused"
 pod_json toobig "$(res $(((per_node + 1) * 1024)) $(((per_node + 1) * 100000)) 67108864)"
 refused toobig
 
-step "numa-shim killed (-9) and restarted on its checkpoint"
-check snapshot >"$dir/before.json"
+numavm_step "numa-shim killed (-9) and restarted on its checkpoint"
+numavm_check snapshot >"$dir/before.json"
 kill -KILL "$(cat "$IT_RUN/pids/shim")"
 sleep 1
 shim=$(it_shim_start shim "${shim_args[@]}")
-checked check same "$dir/before.json"
-checked check check
+checked numavm_check same "$dir/before.json"
+checked numavm_check check
 free=$(python3 -c '
 import json, sys, urllib.request
 v = json.load(urllib.request.urlopen(sys.argv[1]))
@@ -201,43 +191,35 @@ print(sum(1 for n in v["numaNodes"] for c in n["cpus"] if c["owner"]["kind"] == 
 pod_json after "$(res 1024 100000 67108864)"
 container_json after "$(res 1024 100000 67108864)"
 if ((free == 0)); then
-    step "No CPU is free for an exclusive 1-CPU pod after the restart: it is refused"
+    numavm_step "No CPU is free for an exclusive 1-CPU pod after the restart: it is refused"
     refused after
-    step "mem removed: its CPU is free again, and the 1-CPU pod gets it"
+    numavm_step "mem removed: its CPU is free again, and the 1-CPU pod gets it"
     remove_pod mem
     run_pod after after
 else
-    step "$free CPUs free after the restart: a 1-CPU pod gets one of them"
+    numavm_step "$free CPUs free after the restart: a 1-CPU pod gets one of them"
     run_pod after after
 fi
-checked check check
+checked numavm_check check
 
-step "The check fails on a deliberately wrong cpuset.mems"
-if out=$(check check --break-mems main 2>&1); then
-    fail "numa_check passed with a wrong cpuset.mems: $out"
+numavm_step "The check fails on a deliberately wrong cpuset.mems"
+if out=$(numavm_check check --break-mems main 2>&1); then
+    numavm_fail "numa_check passed with a wrong cpuset.mems: $out"
 else
     grep '^FAIL\|wrote a wrong' <<<"$out"
 fi
 
-step "Pods removed: the node shared pool grows back to $all, the shared pod's cpuset with it"
+numavm_step "Pods removed: the node shared pool grows back to $all, the shared pod's cpuset with it"
 remove_pod mixed
 remove_pod after
 if ((nodes > 2)); then remove_pod far; fi
 ((free == 0)) || remove_pod mem
 wait_shared "$all"
 wait_cpuset "${ids[burst]}" "$all"
-checked check check
+checked numavm_check check
 echo "\$ numa-shim inspect"
 "$bin" inspect --endpoint "http://$metrics"
 
-# placed NAME: "CPUS NODES" of container NAME as numa-shim's /placement has it.
-placed() {
-    python3 -c '
-import json, sys, urllib.request
-v = json.load(urllib.request.urlopen(sys.argv[1]))
-c = [c for p in v["pods"] for c in p["containers"] if c["name"] == sys.argv[2]][0]
-print(c["cpus"], c.get("memoryNodes") or "-")' "http://$metrics/placement" "$1"
-}
 # node_of CPUS: the NUMA nodes of CPUS (sysfs), as a list.
 node_of() {
     python3 -c '
@@ -269,55 +251,55 @@ resize() {
         --memory 67108864 "$1"
 }
 
-step "In-place resize: two classic Guaranteed 1-CPU pods (no pod-level budget), near first"
+numavm_step "In-place resize: two classic Guaranteed 1-CPU pods (no pod-level budget), near first"
 for p in near grow; do
     pod_json "$p" '{}'
     container_json "$p" "$(res 1024 100000 67108864)"
     run_pod "$p" "$p"
 done
-read -r near_cpus _ <<<"$(placed near)"
-read -r grow_cpus grow_mems <<<"$(placed grow)"
+read -r near_cpus _ <<<"$(numavm_placed near)"
+read -r grow_cpus grow_mems <<<"$(numavm_placed grow)"
 grow_node=$(node_of "$grow_cpus")
 echo "near: CPU $near_cpus (node $(node_of "$near_cpus")); grow: CPU $grow_cpus (node $grow_node, mems $grow_mems)"
-checked check check
+checked numavm_check check
 
-step "grow resized to 2 CPUs (crictl update, as the kubelet's CPU pass): it keeps CPU $grow_cpus, the new one on node $grow_node"
+numavm_step "grow resized to 2 CPUs (crictl update, as the kubelet's CPU pass): it keeps CPU $grow_cpus, the new one on node $grow_node"
 if out=$(resize "${ids[grow]}" 2 2>&1); then
-    read -r grown grown_mems <<<"$(placed grow)"
+    read -r grown grown_mems <<<"$(numavm_placed grow)"
     echo "grow: CPUs $grown, mems $grown_mems (was $grow_cpus, mems $grow_mems)"
     wait_cpuset "${ids[grow]}" "$grown"
-    subset "$grow_cpus" "$grown" || fail "grow lost CPU $grow_cpus: now $grown"
-    [[ $(node_of "$grown") == "$grow_node" ]] || fail "grow's CPUs $grown are not all on node $grow_node"
-    [[ $grown_mems == "$grow_mems" ]] || fail "grow's memory moved: $grow_mems -> $grown_mems"
-    [[ $grown != "$grow_cpus" ]] || fail "grow did not grow: $grown"
-    checked check check
+    subset "$grow_cpus" "$grown" || numavm_fail "grow lost CPU $grow_cpus: now $grown"
+    [[ $(node_of "$grown") == "$grow_node" ]] || numavm_fail "grow's CPUs $grown are not all on node $grow_node"
+    [[ $grown_mems == "$grow_mems" ]] || numavm_fail "grow's memory moved: $grow_mems -> $grown_mems"
+    [[ $grown != "$grow_cpus" ]] || numavm_fail "grow did not grow: $grown"
+    checked numavm_check check
 else
-    fail "the resize of grow to 2 CPUs was refused: $out"
+    numavm_fail "the resize of grow to 2 CPUs was refused: $out"
 fi
 
-step "grow resized to $((per_node + 1)) CPUs: more than node $grow_node holds, refused; it keeps its CPUs"
-before=$(placed grow)
+numavm_step "grow resized to $((per_node + 1)) CPUs: more than node $grow_node holds, refused; it keeps its CPUs"
+before=$(numavm_placed grow)
 if out=$(resize "${ids[grow]}" $((per_node + 1)) 2>&1); then
-    fail "the resize of grow to $((per_node + 1)) CPUs was not refused: $(placed grow)"
+    numavm_fail "the resize of grow to $((per_node + 1)) CPUs was not refused: $(numavm_placed grow)"
 else
     out=$(tail -1 <<<"$out")
     echo "refused: ${out#*desc = }"
     # crictl's log line escapes the quotes of the message: match around them.
     grep -Eq 'code = ResourceExhausted desc = numa-shim cannot resize container .?.?grow.?.? of pod default/grow' <<<"$out" ||
-        fail "refusal without numa-shim's reason: $out"
-    [[ $(placed grow) == "$before" ]] || fail "the refused resize changed grow: $before -> $(placed grow)"
+        numavm_fail "refusal without numa-shim's reason: $out"
+    [[ $(numavm_placed grow) == "$before" ]] || numavm_fail "the refused resize changed grow: $before -> $(numavm_placed grow)"
     wait_cpuset "${ids[grow]}" "${before%% *}"
 fi
 
-step "grow resized back to 1 CPU: it returns to CPU $grow_cpus"
+numavm_step "grow resized back to 1 CPU: it returns to CPU $grow_cpus"
 checked resize "${ids[grow]}" 1
-read -r back _ <<<"$(placed grow)"
-[[ $back == "$grow_cpus" ]] || fail "grow is on $back after the shrink, expected $grow_cpus"
+read -r back _ <<<"$(numavm_placed grow)"
+[[ $back == "$grow_cpus" ]] || numavm_fail "grow is on $back after the shrink, expected $grow_cpus"
 wait_cpuset "${ids[grow]}" "$grow_cpus"
-checked check check
+checked numavm_check check
 remove_pod near
 remove_pod grow
 wait_shared "$all"
 
-step "crictl flow on $nodes nodes: $failures failures"
-((failures == 0))
+numavm_step "crictl flow on $nodes nodes: $numavm_failures failures"
+((numavm_failures == 0))

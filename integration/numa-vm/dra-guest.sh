@@ -25,30 +25,20 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_RUN=${IT_RUN:-/run/nsit-numavm-dra}
 export IT_CP_WAIT_FACTOR=${IT_CP_WAIT_FACTOR:-20} IT_KUBELET_START_SECS=${IT_KUBELET_START_SECS:-1200}
-# shellcheck source=integration/lib/common.sh
-source "$here/../lib/common.sh"
+# shellcheck source=integration/lib/numavm.sh
+source "$here/../lib/numavm.sh"
 # shellcheck source=integration/lib/apiserver.sh
 source "$here/../lib/apiserver.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/../lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/../lib/containerd.sh"
 # shellcheck source=integration/lib/kubelet.sh
 source "$here/../lib/kubelet.sh"
 wait_secs=${NUMAVM_DRA_WAIT_SECS:-1800}
-step() { printf '\n### [+%ss] %s\n' "$SECONDS" "$*"; }
-failures=0
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
 
 bin=$(it_numa_shim_bin)
 [[ -x $bin ]] || it_die "no numa-shim at $bin (cargo build on the host first)"
 for b in dra-driver crictl; do
     [[ -x $IT_BIN/$b ]] || it_die "no $IT_BIN/$b (integration/install-deps.sh on the host builds it)"
 done
-step "Guest: $(nproc --all) CPUs ($(for n in /sys/devices/system/node/node[0-9]*; do printf '%s=%s ' "${n##*/}" "$(cat "$n/cpulist")"; done))"
+numavm_step "Guest: $(nproc --all) CPUs ($(numavm_nodes))"
 
 finish() {
     local rc=$?
@@ -64,9 +54,9 @@ finish() {
 trap finish EXIT
 trap "exit 143" TERM INT
 it_up
-step "containerd up"
+numavm_step "containerd up"
 it_cp_up
-step "control plane up (etcd, kube-apiserver, controller-manager, scheduler)"
+numavm_step "control plane up (etcd, kube-apiserver, controller-manager, scheduler)"
 
 d=$IT_RUN/dra
 mkdir -p "$d"
@@ -94,9 +84,9 @@ it_kubelet_config "$name" "${kargs[@]}"
 echo $! >"$IT_RUN/pids/numa-shim-dra"
 it_wait_socket "$sock" 300 || it_die "numa-shim did not answer (log $shim_log)"
 it_kubelet_start "$name" "${kargs[@]}"
-step "numa-shim and kubelet $(it_kubelet_fact "$name" version) up"
+numavm_step "numa-shim and kubelet $(it_kubelet_fact "$name" version) up"
 it_kubectl wait --for=condition=Ready "node/$IT_NODE_NAME" --timeout="${wait_secs}s"
-step "node $IT_NODE_NAME Ready"
+numavm_step "node $IT_NODE_NAME Ready"
 
 root=$(it_kubelet_fact "$name" root)
 cat >"$d/driver.json" <<'EOF'
@@ -115,7 +105,7 @@ for ((i = 0; i < wait_secs; i += 5)); do
     sleep 5
 done
 ((n == 2)) || it_die "the driver's ResourceSlice has $n devices, not 2 (log $IT_LOGS/dra-driver.log)"
-step "the driver's ResourceSlice: gpu0 (node 0), gpu1 (node 1)"
+numavm_step "the driver's ResourceSlice: gpu0 (node 0), gpu1 (node 1)"
 
 {
     printf '%s\n' 'apiVersion: resource.k8s.io/v1' 'kind: DeviceClass' 'metadata: {name: gpu.example.com}' \
@@ -137,39 +127,33 @@ pod() {
         "    command: [sh, -c, \"dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>/dev/null; trap 'exit 0' TERM; while true; do sleep 1; done\"]" \
         '    resources:' '      limits: {cpu: "1", memory: 64Mi}' '      claims: [{name: gpu}]'
 }
-placed() {
-    python3 -c 'import json,sys,urllib.request
-v = json.load(urllib.request.urlopen(sys.argv[1]))
-c = [c for p in v["pods"] if p["name"] == sys.argv[2] for c in p["containers"]][0]
-print(c["cpus"], c.get("memoryNodes") or "-")' "http://$metrics/placement" "$1"
-}
-check() { python3 "$here/numa_check.py" --placement "http://$metrics" --crictl "$IT_BIN/crictl --config $IT_WORK/crictl.yaml --runtime-endpoint unix://$sock --timeout 300s" "$@"; }
+numavm_shim "$metrics" "$sock" 300s
 # run_pod NAME TEMPLATE WANT_CPUS WANT_MEMS: the pod runs, its claim's device is on the node its
 # CPU and memory are on.
 run_pod() {
     pod "$1" "$2" | it_kubectl apply -f -
     if ! it_kubectl wait --for=condition=Ready "pod/$1" --timeout="${wait_secs}s"; then
         it_kubectl describe pod "$1" | tail -20
-        fail "pod $1 not Ready"
+        numavm_fail "pod $1 not Ready"
         return
     fi
     local claim device got
     claim=$(it_kubectl get pod "$1" -o 'jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}')
     device=$(it_kubectl get resourceclaim "$claim" -o 'jsonpath={.status.allocation.devices.results[0].device}')
-    got=$(placed "$1")
+    got=$(numavm_placed "$1")
     echo "pod $1: claim $claim device $device; numa-shim: cpus ${got% *} memory node(s) ${got#* }"
     grep -i "claim" "$shim_log" | grep -F "$1" | tail -3 || true
-    [[ ${got% *} == "$3" ]] || fail "pod $1 on CPU ${got% *}, not $3"
-    [[ ${got#* } == "$4" ]] || fail "pod $1's memory on node(s) ${got#* }, not $4"
+    [[ ${got% *} == "$3" ]] || numavm_fail "pod $1 on CPU ${got% *}, not $3"
+    [[ ${got#* } == "$4" ]] || numavm_fail "pod $1's memory on node(s) ${got#* }, not $4"
 }
 
-step "1. pod on-node1: a claim from gpu-node1"
+numavm_step "1. pod on-node1: a claim from gpu-node1"
 run_pod on-node1 gpu-node1 2 1
-step "2. pod on-node0: a claim from gpu-node0"
+numavm_step "2. pod on-node0: a claim from gpu-node0"
 run_pod on-node0 gpu-node0 1 0
-step "the kernel against numa-shim's /placement"
-check check || fail "numa_check: the kernel differs from /placement"
-step "3. on-node1's memory (the 32 MiB its container wrote) lands on node 1"
-check numastat on-node1 32 --wait 600 || fail "on-node1's 32 MiB are not on node 1"
-step "done: $failures failure(s)"
-((failures == 0))
+numavm_step "the kernel against numa-shim's /placement"
+numavm_check check || numavm_fail "numa_check: the kernel differs from /placement"
+numavm_step "3. on-node1's memory (the 32 MiB its container wrote) lands on node 1"
+numavm_check numastat on-node1 32 --wait 600 || numavm_fail "on-node1's 32 MiB are not on node 1"
+numavm_step "done: $numavm_failures failure(s)"
+((numavm_failures == 0))

@@ -28,12 +28,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_RUN=${IT_RUN:-/run/nsit-numavm}
-# shellcheck source=integration/lib/common.sh
-source "$here/../lib/common.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/../lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/../lib/containerd.sh"
+# shellcheck source=integration/lib/numavm.sh
+source "$here/../lib/numavm.sh"
 # shellcheck source=integration/lib/kubelet.sh
 source "$here/../lib/kubelet.sh"
 export IT_KUBELET_START_SECS=${IT_KUBELET_START_SECS:-600}
@@ -42,7 +38,6 @@ version=${IT_KUBELET_VERSION:-v1.37.2}
 out=${NUMAVM_OUT:-$IT_WORK}/kubelet-compare
 mkdir -p "$out"
 cmp() { python3 "$here/kubelet_compare.py" "$@"; }
-step() { printf '\n### [+%ss] %s\n' "$SECONDS" "$*"; }
 
 bin=$(it_numa_shim_bin)
 [[ -x $bin ]] || it_die "no numa-shim at $bin (cargo build on the host first)"
@@ -51,7 +46,7 @@ for b in podresources-go device-plugin crictl; do
     [[ -x $IT_BIN/$b ]] || it_die "no $IT_BIN/$b (integration/install-deps.sh on the host builds it)"
 done
 nodes=$(find /sys/devices/system/node -maxdepth 1 -name 'node[0-9]*' | wc -l)
-step "Guest: $(nproc --all) CPUs, $nodes NUMA nodes ($(for n in /sys/devices/system/node/node[0-9]*; do printf '%s=%s ' "${n##*/}" "$(cat "$n/cpulist")"; done)); kubelet $version"
+numavm_step "Guest: $(nproc --all) CPUs, $nodes NUMA nodes ($(numavm_nodes)); kubelet $version"
 
 finish() {
     local rc=$?
@@ -64,7 +59,7 @@ finish() {
 trap finish EXIT
 trap "exit 143" TERM INT
 it_up
-crictl_direct="$IT_BIN/crictl --config $IT_WORK/crictl.yaml --runtime-endpoint unix://$IT_SOCK --timeout 120s"
+crictl_direct=$(numavm_crictl "$IT_SOCK" 120s)
 
 # wait_devices SOCKET N: waits until the PodResources server on SOCKET lists N allocatable
 # example.com/gpu devices (the kubelet admits a device pod only against devices it has).
@@ -179,19 +174,19 @@ results=()
 differ=0
 for case in "${cases[@]}"; do
     cmp prepare "$case" "$IT_RUN/cases/$case" --image "$IT_BUSYBOX_IMAGE"
-    step "$case: $(sed -n 's/^topologyManager\(Policy\|Scope\): //p' "$IT_RUN/cases/$case/kubelet.yaml" | paste -sd' '), pods $(paste -sd' ' "$IT_RUN/cases/$case/steps")"
+    numavm_step "$case: $(sed -n 's/^topologyManager\(Policy\|Scope\): //p' "$IT_RUN/cases/$case/kubelet.yaml" | paste -sd' '), pods $(paste -sd' ' "$IT_RUN/cases/$case/steps")"
     for mode in kubelet numa-shim; do
-        if [[ $mode == kubelet ]]; then step "$case through the kubelet's own managers"; else step "$case through numa-shim"; fi
+        if [[ $mode == kubelet ]]; then numavm_step "$case through the kubelet's own managers"; else numavm_step "$case through numa-shim"; fi
         run_case "$case" "$mode"
     done
-    step "$case: the kubelet's managers against numa-shim"
+    numavm_step "$case: the kubelet's managers against numa-shim"
     rc=0
     cmp compare "$case" "$out/$case-kubelet.json" "$out/$case-numa-shim.json" | tee "$out/$case-compare.txt" || rc=$?
     results+=("$(tail -1 "$out/$case-compare.txt")")
     ((rc == 0)) || differ=$((differ + 1))
 done
 
-step "The comparison fails on a deliberately wrong value"
+numavm_step "The comparison fails on a deliberately wrong value"
 probe=
 for first in "${cases[@]}"; do
     probe=$(cmp probe "$out/$first-kubelet.json") && break
@@ -204,6 +199,6 @@ else
     grep 'tampered\|DIFFERENT' <<<"$out_text"
 fi
 
-step "kubelet comparison on $nodes nodes:"
+numavm_step "kubelet comparison on $nodes nodes:"
 printf '  %s\n' "${results[@]}"
 ((differ == 0))

@@ -1,6 +1,7 @@
 //! `numa-shim serve`: runs the CRI relay between the kubelet and the container runtime until
-//! SIGTERM/SIGINT, with placement, the metrics endpoint and readiness. Owns argument/config
-//! merging; the relay lives in `crate::relay`, placement in `crate::lifecycle`.
+//! SIGTERM/SIGINT, with placement, the metrics endpoint and readiness. Turns the configuration
+//! (the file with the flags laid over it once, `Config::with_flags`) into its [`Settings`]; the
+//! relay lives in `crate::relay`, placement in `crate::lifecycle`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

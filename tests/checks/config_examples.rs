@@ -9,27 +9,14 @@ use numa_shim::cli::check_config::{check, check_files, check_kubelet, Args};
 use numa_shim::cli::flags::FileFlags;
 use numa_shim::config::Config;
 
+use crate::dual_socket_in;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn shared(sub: &str) -> PathBuf {
     root().join("../shared/fixtures").join(sub)
-}
-
-/// `topoDualSocketHT` with 16Gi of memory on each of its two NUMA nodes (the fixture has CPUs
-/// only; the Memory Manager needs sizes), written to a file in `dir`.
-fn machine_in(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/fixtures/topologies/topoDualSocketHT.json"),
-    )
-    .unwrap();
-    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    doc["numa"] = serde_json::json!([{"id": 0, "memory": "16Gi"}, {"id": 1, "memory": "16Gi"}]);
-    let path = dir.join("topology.json");
-    std::fs::write(&path, doc.to_string()).unwrap();
-    path
 }
 
 #[test]
@@ -57,7 +44,7 @@ fn shared_examples_as_kubelet_config() {
     let names: Vec<&str> = expected.iter().map(|(n, _)| *n).collect();
     assert_eq!(seen, names, "every example file has an expectation");
     let dir = tempfile::tempdir().unwrap();
-    let machine = machine_in(dir.path());
+    let machine = dual_socket_in(dir.path());
     for (name, error) in expected {
         let path = shared(&format!("examples/{name}"));
         let f = check(&Config::default(), Some(&path), &machine);
@@ -76,7 +63,7 @@ fn high_performance_example_passes_once_memory_adds_up_and_the_kubelets_managers
         + "systemReserved:\n  memory: 924Mi\n";
     let path = dir.path().join("kubelet.yaml");
     std::fs::write(&path, text).unwrap();
-    let machine = machine_in(dir.path());
+    let machine = dual_socket_in(dir.path());
     // As the kubelet's own file it still runs the kubelet's managers: refused.
     let f = check(&Config::default(), Some(&path), &machine);
     assert_eq!(f.errors.len(), 2, "{f:?}");
@@ -98,7 +85,7 @@ fn high_performance_example_passes_once_memory_adds_up_and_the_kubelets_managers
 #[test]
 fn packaged_configs_pass() {
     let dir = tempfile::tempdir().unwrap();
-    let machine = machine_in(dir.path());
+    let machine = dual_socket_in(dir.path());
     for name in ["config.yaml", "pod-scope.yaml", "high-performance.yaml"] {
         let f = check_files(&Args {
             files: FileFlags {
@@ -115,7 +102,7 @@ fn packaged_configs_pass() {
 fn the_command_prints_ok_or_errors_with_exit_status() {
     let bin = env!("CARGO_BIN_EXE_numa-shim");
     let dir = tempfile::tempdir().unwrap();
-    let machine = machine_in(dir.path());
+    let machine = dual_socket_in(dir.path());
     let ok = Command::new(bin)
         .args(["check-config", "--config"])
         .arg(root().join("packaging/config/config.yaml"))

@@ -7,29 +7,16 @@ use std::path::{Path, PathBuf};
 use numa_shim::cli::check_config::{check, render, Findings};
 use numa_shim::config::{self, Config};
 
+use crate::dual_socket_in;
+
 fn machine() -> PathBuf {
     static MACHINE: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
     let (_, path) = MACHINE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let path = machine_in(dir.path());
+        let path = dual_socket_in(dir.path());
         (dir, path)
     });
     path.clone()
-}
-
-/// `topoDualSocketHT` with 16Gi of memory on each of its two NUMA nodes (the fixture has CPUs
-/// only; the Memory Manager needs sizes), written to a file in `dir`.
-fn machine_in(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/fixtures/topologies/topoDualSocketHT.json"),
-    )
-    .unwrap();
-    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    doc["numa"] = serde_json::json!([{"id": 0, "memory": "16Gi"}, {"id": 1, "memory": "16Gi"}]);
-    let path = dir.join("topology.json");
-    std::fs::write(&path, doc.to_string()).unwrap();
-    path
 }
 
 /// Parses and validates `text`; the errors as strings (a parse error is the only one).

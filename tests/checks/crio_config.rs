@@ -10,18 +10,7 @@ use std::process::Command;
 use numa_shim::cli::check_config::{check, Findings};
 use numa_shim::config::{self, Config};
 
-fn machine(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/fixtures/topologies/topoDualSocketHT.json"),
-    )
-    .unwrap();
-    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
-    doc["numa"] = serde_json::json!([{"id": 0, "memory": "16Gi"}, {"id": 1, "memory": "16Gi"}]);
-    let path = dir.join("topology.json");
-    std::fs::write(&path, doc.to_string()).unwrap();
-    path
-}
+use crate::dual_socket_in;
 
 /// An OpenShift-style node: management workload partitioning on CPUs 0-1, shared CPUs, infra
 /// containers on 0-1, and a high-performance runtime handler (drop-in).
@@ -45,7 +34,7 @@ allowed_annotations = ["cpu-load-balancing.crio.io", "cpu-quota.crio.io", "irq-l
 
 fn findings(dir: &Path, numa_shim: &str) -> Findings {
     let c: Config = config::parse(numa_shim).unwrap_or_else(|e| panic!("{numa_shim}: {e}"));
-    check(&c, None, &machine(dir))
+    check(&c, None, &dual_socket_in(dir))
 }
 
 fn write_crio(dir: &Path) -> PathBuf {
@@ -174,7 +163,7 @@ fn the_cli_flag_names_the_crio_config() {
         .arg("--config")
         .arg(&numa_shim)
         .arg("--topology")
-        .arg(machine(dir.path()))
+        .arg(dual_socket_in(dir.path()))
         .arg("--crio-config")
         .arg(&conf)
         .output()

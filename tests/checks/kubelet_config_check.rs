@@ -13,14 +13,10 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_numa-shim");
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
-/// This project's machine: 2 CPUs, one NUMA node with 4Gi.
+/// This project's machine ([`crate::two_cpus`]), written to `dir/topology.json`.
 fn machine(dir: &Path) -> PathBuf {
     let path = dir.join("topology.json");
-    let doc = serde_json::json!({
-        "cpus": [{"id": 0, "core": 0, "socket": 0, "numa": 0}, {"id": 1, "core": 1, "socket": 0, "numa": 0}],
-        "numa": [{"id": 0, "memory": "4Gi"}]
-    });
-    std::fs::write(&path, doc.to_string()).unwrap();
+    std::fs::write(&path, crate::two_cpus().to_string()).unwrap();
     path
 }
 

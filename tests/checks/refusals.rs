@@ -29,11 +29,7 @@ const KUBELET: &str = "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n\
 const EMPTY_SHARED_POOL: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: empty-shared-pool, uid: esp}\nspec:\n  resources:\n    requests: {cpu: \"1\", memory: 256Mi}\n    limits: {cpu: \"1\", memory: 256Mi}\n  initContainers:\n  - name: logging-sidecar\n    restartPolicy: Always\n  containers:\n  - name: main-app\n    resources:\n      requests: {cpu: \"1\", memory: 128Mi}\n      limits: {cpu: \"1\", memory: 128Mi}\n";
 
 fn machine() -> Topology {
-    serde_json::from_value(serde_json::json!({
-        "cpus": [{"id": 0, "core": 0, "socket": 0, "numa": 0}, {"id": 1, "core": 1, "socket": 0, "numa": 0}],
-        "numa": [{"id": 0, "memory": "4Gi"}]
-    }))
-    .unwrap()
+    serde_json::from_value(crate::two_cpus()).unwrap()
 }
 
 fn sandbox(uid: &str, name: &str) -> CriRequest {

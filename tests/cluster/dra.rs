@@ -110,7 +110,7 @@ fn classes() -> Vec<String> {
 }
 
 /// A Guaranteed pod with one exclusive CPU whose container uses a claim from `template`.
-fn pod(image: &str, name: &str, template: &str) -> String {
+fn pod_yaml(image: &str, name: &str, template: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
          terminationGracePeriodSeconds: 2\n  resourceClaims:\n  - name: gpu\n    \
@@ -318,7 +318,7 @@ async fn scenario(dra_claims: bool) {
 
     // (1) a node-1 device: CPU 1 (the lowest free CPU, 0, without the claim) in the kernel,
     // in /placement and in numa-shim's PodResources, beside the kubelet's dynamic resources.
-    c.apply(&[pod(&image, "on-node1", "gpu-node1")]);
+    c.apply(&[pod_yaml(&image, "on-node1", "gpu-node1")]);
     let (claim1, device1) = claim_of(&c, &driver, "on-node1").await;
     assert!(["gpu1", "gpu2"].contains(&device1.as_str()), "{device1}");
     wait_phase(&c, "on-node1", "Running/true").await;
@@ -366,7 +366,7 @@ async fn scenario(dra_claims: bool) {
 
     // (2) the other node-1 device while CPU 1 is taken and CPU 0 is free: refused, naming its
     // claim (without the claim it would run on CPU 0).
-    c.apply(&[pod(&image, "node1-taken", "gpu-node1")]);
+    c.apply(&[pod_yaml(&image, "node1-taken", "gpu-node1")]);
     let (claim2, device2) = claim_of(&c, &driver, "node1-taken").await;
     assert!(
         ["gpu1", "gpu2"].contains(&device2.as_str()) && device2 != device1,
@@ -378,7 +378,7 @@ async fn scenario(dra_claims: bool) {
     // first: until the kubelet has finished it, its own admission still counts its CPU request
     // ("Node didn't have enough resource: cpu").
     c.kubectl(&["delete", "pod", "node1-taken", "--timeout=60s"]);
-    c.apply(&[pod(&image, "on-node0", "gpu-node0")]);
+    c.apply(&[pod_yaml(&image, "on-node0", "gpu-node0")]);
     let (_, device0) = claim_of(&c, &driver, "on-node0").await;
     assert_eq!(device0, "gpu0", "the scheduler's choice for gpu-node0");
     wait_phase(&c, "on-node0", "Running/true").await;
@@ -393,7 +393,7 @@ async fn scenario(dra_claims: bool) {
     c.kubectl(&["delete", "pod", "on-node0", "--timeout=60s"]);
     c.wait_kernel(&[("on-node1", "app", "1")]).await;
     let rbac = NoDraRbac::apply(&c);
-    c.apply(&[pod(&image, "unreadable", "gpu-node1")]);
+    c.apply(&[pod_yaml(&image, "unreadable", "gpu-node1")]);
     let (_, device) = claim_of(&c, &driver, "unreadable").await;
     assert!(["gpu1", "gpu2"].contains(&device.as_str()), "{device}");
     wait_phase(&c, "unreadable", "Running/true").await;

@@ -45,7 +45,7 @@ const SETTINGS: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Kubelet
     cpuManagerPolicy: static\nmemoryManagerPolicy: None\n\
     topologyManagerPolicy: single-numa-node\ntopologyManagerScope: container\n";
 
-fn pod(name: &str, image: &str, gpus: u32) -> String {
+fn pod_yaml(name: &str, image: &str, gpus: u32) -> String {
     let gpu = if gpus > 0 {
         format!(", example.com/gpu: \"{gpus}\"")
     } else {
@@ -83,7 +83,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
     pod_a_on_node0(&env, &rig).await;
 
     // Pod B: one CPU and one gpu; only node 1 can hold both.
-    rig.kubelet.add("b.yaml", &pod("b", &env.image, 1));
+    rig.kubelet.add("b.yaml", &pod_yaml("b", &env.image, 1));
     wait_device_pod(&rig, "b", front, &plugin).await;
     let name = rig.kubelet.full_name("b");
 
@@ -196,7 +196,7 @@ async fn the_front_gives_pod_b_the_gpu_beside_the_free_cpu() {
             );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        rig.kubelet.add("c.yaml", &pod("c", &env.image, 1));
+        rig.kubelet.add("c.yaml", &pod_yaml("c", &env.image, 1));
         wait_device_pod(&rig, "c", front, &plugin).await;
         let name = rig.kubelet.full_name("c");
         let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);
@@ -330,7 +330,7 @@ async fn the_front_gives_a_pod_level_pod_the_gpu_beside_its_budget() {
 
 /// Pod A (1 exclusive CPU) running on node 0's CPU.
 async fn pod_a_on_node0(env: &Env, rig: &Rig) {
-    rig.kubelet.add("a.yaml", &pod("a", &env.image, 0));
+    rig.kubelet.add("a.yaml", &pod_yaml("a", &env.image, 0));
     rig.kubelet.wait_running(&["a"], &[]).await;
     let seen = wait_cpus(env, &rig.kubelet, "a", "0").await;
     assert_eq!(seen["app"].cpus, "0", "{seen:?}");
@@ -359,14 +359,14 @@ fn pod_level_pod(name: &str, image: &str) -> String {
 
 /// The fallback on a kubelet whose pod specs numa-shim infers from CRI (see the module doc).
 async fn without_pod_specs(env: &Env, rig: Rig, plugin: DevicePlugin, front: bool) {
-    rig.kubelet.add("a.yaml", &pod("a", &env.image, 0));
+    rig.kubelet.add("a.yaml", &pod_yaml("a", &env.image, 0));
     rig.kubelet.wait_running(&["a"], &[]).await;
     let seen = wait_cpus(env, &rig.kubelet, "a", "0-1").await;
     assert_eq!(
         seen["app"].cpus, "0-1",
         "rule C2, the shared pool: {seen:?}"
     );
-    rig.kubelet.add("b.yaml", &pod("b", &env.image, 1));
+    rig.kubelet.add("b.yaml", &pod_yaml("b", &env.image, 1));
     rig.kubelet.wait_running(&["a", "b"], &[]).await;
     let name = rig.kubelet.full_name("b");
     let ours = podresources(&rig.shim.pod_resources(), &["get", &name, "default"]);

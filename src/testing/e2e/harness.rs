@@ -21,7 +21,6 @@ use tonic::transport::Channel;
 use tonic::Status;
 
 use super::kubelet::{PodDef, GI};
-#[allow(unused_imports)] // not every e2e test uses the Pods API
 pub use super::pods_api::PodsApi;
 use super::runtime::{Fake, Runtime};
 
