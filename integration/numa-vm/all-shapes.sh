@@ -15,7 +15,9 @@
 # 2-5 times that under a load of ~10 from other jobs (2n pod-single-numa-node, 9 steps, 53 min);
 # the 4n guest about the same (4n: 417-557 s per case under a load of ~5). The six cases on 2n
 # and 4n: about 2-3 hours on an idle machine, more on a loaded one. NUMAVM_KUBELET_TIMEOUT
-# (default 3600 s) bounds each case's guest.
+# (default 3600 s) bounds each case's guest, NUMAVM_CRICTL_TIMEOUT (default 1800 s) each crictl
+# flow's (the 4n flow took 532 s on a lightly loaded machine and did not finish in 900 s under a
+# load of ~7).
 #
 #   integration/numa-vm/all-shapes.sh [SHAPE...]
 set -euo pipefail
@@ -39,7 +41,7 @@ failed=0
 for shape in "${shapes[@]}"; do
     start=$(date +%s)
     rc=0
-    "$here/run.sh" "$shape" -- integration/numa-vm/crictl-flow.sh || rc=$?
+    NUMAVM_TIMEOUT=${NUMAVM_CRICTL_TIMEOUT:-1800} "$here/run.sh" "$shape" -- integration/numa-vm/crictl-flow.sh || rc=$?
     secs=$(($(date +%s) - start))
     if ((rc == 0)); then
         results+=("ok      ${secs}s  $shape crictl flow")
