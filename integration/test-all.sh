@@ -105,7 +105,7 @@ stage "packaging" "$here/packaging.sh"
 stage "control plane" "$here/apiserver-tests.sh"
 # A 2-node qemu guest (TCG): pods through numa-shim on containerd, the kernel's cpusets, mems and
 # memory.numa_stat against numa-shim's decisions (integration/numa-vm; all-shapes.sh runs 4n, snc).
-# ~3.5 min on an idle 2-CPU machine (qemu TCG on one host CPU).
+# ~8-9 min on an idle 2-CPU machine (qemu TCG on one host CPU; 519 s in the run of 2026-12-07).
 stage "multi-NUMA guest (2n)" "$here/numa-vm/run.sh" --timeout 1500 2n -- integration/numa-vm/crictl-flow.sh
 
 it_log "summary:"
