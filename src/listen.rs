@@ -60,22 +60,33 @@ pub struct Bound {
 /// Binds `path`. A live server on it is an error; a stale socket file is replaced; any other
 /// file is left alone and reported. The socket is bound under a temporary name, given its mode
 /// and group, then renamed into place, so it is never reachable with looser permissions.
+/// The socket's directory is made (owner-only, plus the group's traverse when the group may
+/// connect) when it is missing.
 pub async fn bind(path: &Path, options: SocketOptions) -> Result<Bound, ListenError> {
-    let err = |action, source| ListenError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         let existed = parent.exists();
         crate::files::ensure_dir(parent, dir_mode(options.mode))?;
         // A directory made here lets the socket's group reach the socket; an existing one is
         // the operator's (or systemd's RuntimeDirectory=) and keeps its group.
         if let Some(gid) = options.group.filter(|_| !existed) {
-            std::os::unix::fs::chown(parent, None, Some(gid))
-                .map_err(|e| err("give the socket's group the directory of", e))?;
+            std::os::unix::fs::chown(parent, None, Some(gid)).map_err(|e| ListenError::Io {
+                action: "give the socket's group the directory of",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
         }
     }
+    bind_in_place(path, options).await
+}
+
+/// [`bind`] in a directory that must already exist (someone else's, e.g. the kubelet's plugin
+/// directory): a missing one is an error and is never made.
+pub async fn bind_in_place(path: &Path, options: SocketOptions) -> Result<Bound, ListenError> {
+    let err = |action, source| ListenError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    };
     match std::fs::symlink_metadata(path) {
         Ok(meta) if !meta.file_type().is_socket() => {
             return Err(ListenError::NotASocket {
@@ -241,6 +252,23 @@ mod tests {
         let bound = bind(&shared, SocketOptions::default()).await.unwrap();
         assert_eq!(mode(shared.parent().unwrap()), 0o750);
         bound.close();
+    }
+
+    /// In someone else's directory: a missing one is an error and is not made.
+    #[tokio::test]
+    async fn binding_in_place_never_makes_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubelet/plugin.sock");
+        let err = bind_in_place(&path, SocketOptions::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ListenError::Io { .. }), "{err}");
+        assert!(!path.parent().unwrap().exists(), "the directory was made");
+        std::fs::create_dir(path.parent().unwrap()).unwrap();
+        bind_in_place(&path, SocketOptions::default())
+            .await
+            .unwrap()
+            .close();
     }
 
     #[tokio::test]

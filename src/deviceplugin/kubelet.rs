@@ -103,7 +103,7 @@ pub async fn serve_resource(
             }
         }
         waiting = false;
-        let bound = match crate::listen::bind(
+        let bound = match crate::listen::bind_in_place(
             &socket,
             SocketOptions {
                 mode: 0o600,
