@@ -207,6 +207,15 @@ impl MemoryManager {
         self.state.pods.get(pod_uid).map(Vec::as_slice)
     }
 
+    /// The hints of a pod whose budget already holds memory: its blocks' NUMA nodes, as the
+    /// kubelet regenerates a container's (a fractional budget resized to whole CPUs gets its
+    /// bubble beside them). `None` without a pod budget's blocks.
+    pub(crate) fn held_pod_hint_sets(&self, pod: &PodSpec) -> Option<HintSets> {
+        let blocks = self.pod_blocks(&pod.uid)?;
+        let reqs = hints::pod_requests(pod, self.gates);
+        Some(spelled_out(hints::regenerate(blocks, &reqs)))
+    }
+
     /// kubelet `GetMemoryNUMANodes`: the union of the container's block nodes; `None` when the
     /// container has no blocks (cpuset.mems is then left alone).
     pub fn memory_nodes(&self, pod_uid: &str, container: &str) -> Option<NumaMask> {

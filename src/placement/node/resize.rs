@@ -215,6 +215,12 @@ impl Node {
         if had == want {
             return Ok(());
         }
+        if bubble.is_none() && qos::pod_level_managed(new, &self.config.gates) && self.plrm_scope()
+        {
+            // A fractional budget: every container runs on the node shared pool, as admitted
+            // (`AllocatePod` gives a budget of 0 guaranteed CPUs nothing); so it stays.
+            return Ok(());
+        }
         if want > 0 {
             smt_check(m, want)?;
         }
@@ -513,7 +519,10 @@ impl Node {
         let mut hints = [
             self.devices.pod_hint_sets(new).map_err(super::too_wide)?,
             self.cpu.pod_hint_sets(new).map_err(super::too_wide)?,
-            self.memory.pod_hint_sets(new).map_err(super::too_wide)?,
+            match self.memory.held_pod_hint_sets(new) {
+                Some(held) => held,
+                None => self.memory.pod_hint_sets(new).map_err(super::too_wide)?,
+            },
         ];
         let (hint, admit) = self
             .merge_with_claims(&mut hints, &claimed)
@@ -534,14 +543,23 @@ impl Node {
         for stored in record.hints.values_mut() {
             *stored = hint.into();
         }
-        // Nothing of the bubble was promised at admission: it may be given up again.
+        // Nothing of the bubble, and no slice of it, was promised at admission: the containers
+        // were admitted on the node shared pool. All of it may be given up again.
         record.promised.budget.get_or_insert_with(CpuSet::new);
+        for name in &record.live {
+            record
+                .promised
+                .containers
+                .entry(name.clone())
+                .or_insert_with(CpuSet::new);
+        }
         Ok(())
     }
 
     /// A whole budget shrunk to a fractional one: the bubble goes back to the node shared pool
     /// and every container with it (as a fractional budget is admitted). Only a budget that was
-    /// admitted fractional may do so, and only while no container holds promised CPUs.
+    /// admitted fractional may do so (its containers were admitted on the node shared pool, so
+    /// none holds promised CPUs).
     fn drop_budget(
         &mut self,
         old: &PodSpec,
@@ -553,23 +571,13 @@ impl Node {
             .as_ref()
             .and_then(|r| r.requests.cpu_milli)
             .unwrap_or(0);
-        let record = self.pods.get(&old.uid);
-        let promised = record
+        let promised = self
+            .pods
+            .get(&old.uid)
             .and_then(|r| r.promised.budget.clone())
             .unwrap_or_else(|| bubble.clone());
         if !promised.is_empty() {
             return Err(ResizeError::FractionalBudget { milli, promised });
-        }
-        if let Some((name, cpus)) = record
-            .into_iter()
-            .flat_map(|r| &r.promised.containers)
-            .find(|(_, cpus)| !cpus.is_empty())
-        {
-            return Err(ResizeError::BelowPromised {
-                what: format!("container {name:?}"),
-                requested: 0,
-                promised: cpus.clone(),
-            });
         }
         let m = self.cpu.manager_mut();
         m.state.default_cpu_set = m.state.default_cpu_set.union(bubble);

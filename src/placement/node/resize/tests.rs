@@ -394,8 +394,32 @@ fn a_fractional_budget_grown_whole_gets_a_pod_pool_and_can_go_back() {
     assert_eq!(back.memory, placed.memory, "memory untouched");
 }
 
+/// The bubble goes where the pod's memory is, even when a fresh hint would point elsewhere.
 #[test]
-fn a_budget_admitted_whole_or_holding_a_resized_slice_stays_whole() {
+fn a_fractional_budget_grown_whole_lands_beside_the_memory_it_holds() {
+    let mut n = node(with_memory(static_config(
+        TopologyPolicy::SingleNumaNode,
+        TopologyScope::Pod,
+    )));
+    // Node 0 (7Gi allocatable) nearly full: the budget's 3Gi go to node 1.
+    let filler = pod(
+        "filler",
+        vec![],
+        vec![gu("app", ContainerRole::App, 1000, 5 * GI)],
+        None,
+    );
+    n.admit(&filler).unwrap();
+    let placed = n.admit(&fractional_plrm_pod(1500)).unwrap();
+    assert_eq!(block_nodes(&placed.memory), NumaMask::from_ids([1]));
+    // Node 0 free again: a new pod's hint would prefer it.
+    n.remove_pod("filler");
+    let grown = n.resize_pod("p", &whole(3000, 3 * GI)).unwrap();
+    assert_eq!(numa(&grown.cpus.clone().unwrap()), vec![1]);
+    assert_eq!(grown.memory, placed.memory);
+}
+
+#[test]
+fn a_budget_admitted_whole_stays_whole_one_admitted_fractional_may_go_back() {
     let mut n = node(static_config(
         TopologyPolicy::SingleNumaNode,
         TopologyScope::Pod,
@@ -410,22 +434,28 @@ fn a_budget_admitted_whole_or_holding_a_resized_slice_stays_whole() {
     assert!(err.to_string().contains("admitted with"), "{err}");
     assert_eq!(n.snapshot(), snap);
 
+    // Admitted fractional, its containers on the node shared pool: none of them is promised a
+    // slice of the bubble a resize gave the pod, so each may go back to the pool, and the whole
+    // pod to the node shared pool.
     let mut n = node(static_config(
         TopologyPolicy::SingleNumaNode,
         TopologyScope::Pod,
     ));
+    let shared = n.shared_cpus();
     n.admit(&fractional_plrm_pod(1500)).unwrap();
     n.resize_pod("p", &whole(4000, 3 * GI)).unwrap();
-    // The slice grown by a container resize is promised to it.
     let grown = n.resize_container("p", "ex", &whole(2000, GI)).unwrap();
     assert_eq!(container(&grown, "ex").cpus.len(), 2);
-    let snap = n.snapshot();
-    let err = n.resize_pod("p", &whole(1500, 3 * GI)).unwrap_err();
-    assert!(
-        matches!(err, ResizeError::BelowPromised { requested: 0, .. }),
-        "{err}"
-    );
-    assert_eq!(n.snapshot(), snap);
+    let pooled = n
+        .resize_container("p", "ex", &Resources::default())
+        .unwrap();
+    assert_eq!(container(&pooled, "ex").isolation, Isolation::Pod);
+    n.resize_container("p", "ex", &whole(1000, GI)).unwrap();
+    let back = n.resize_pod("p", &whole(1500, 3 * GI)).unwrap();
+    assert!(back
+        .containers
+        .iter()
+        .all(|c| !c.exclusive && c.cpus == shared));
 }
 
 #[test]
@@ -581,6 +611,31 @@ fn promised_cpus_survive_a_checkpoint() {
     ));
     assert_eq!(m.snapshot(), n.snapshot());
     let _ = cpus("1");
+}
+
+/// A bubble a resize gave a fractional budget is the pod's after a restart from the
+/// checkpoint, and may still be given up (nothing of it was promised).
+#[test]
+fn a_bubble_made_by_a_resize_survives_a_checkpoint() {
+    let config = || {
+        with_memory(static_config(
+            TopologyPolicy::SingleNumaNode,
+            TopologyScope::Pod,
+        ))
+    };
+    let mut n = node(config());
+    n.admit(&fractional_plrm_pod(1500)).unwrap();
+    let grown = n.resize_pod("p", &whole(3000, 3 * GI)).unwrap();
+    let json = serde_json::to_string(&n.snapshot()).unwrap();
+    let mut m = node(config());
+    m.restore(serde_json::from_str::<NodeSnapshot>(&json).unwrap())
+        .unwrap();
+    assert_eq!(m.snapshot(), n.snapshot());
+    assert_eq!(m.placement("p").unwrap().cpus, grown.cpus);
+    let shared = m.shared_cpus().union(grown.cpus.as_ref().unwrap());
+    let back = m.resize_pod("p", &whole(1500, 3 * GI)).unwrap();
+    assert_eq!(back.cpus, None);
+    assert_eq!(m.shared_cpus(), shared);
 }
 
 // ---------------------------------------------------------------- properties
@@ -823,7 +878,16 @@ fn run(s: &Setup, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
         match op {
             Op::Admit(pc, cs) => {
                 let p = build(i, *pc, cs);
-                if n.admit(&p).is_ok() {
+                if let Ok(placed) = n.admit(&p) {
+                    // Promised: the exclusive CPUs each container was admitted with.
+                    for c in &placed.containers {
+                        let held = if c.exclusive {
+                            c.cpus.clone()
+                        } else {
+                            CpuSet::new()
+                        };
+                        promised.insert((p.uid.clone(), c.name.clone()), held);
+                    }
                     pods.push(p);
                 }
             }
@@ -837,16 +901,6 @@ fn run(s: &Setup, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
             Op::Resize(k, c, milli, gib) => {
                 let Some(p) = pick(*k) else { continue };
                 let name = p.containers[c % p.containers.len()].name.clone();
-                let key = (p.uid.clone(), name.clone());
-                if !promised.contains_key(&key) {
-                    if let Some(cp) = n.container(&p.uid, &name) {
-                        if cp.exclusive {
-                            promised.insert(key.clone(), cp.cpus.clone());
-                        } else {
-                            promised.insert(key.clone(), CpuSet::new());
-                        }
-                    }
-                }
                 let before = n.snapshot();
                 match n.resize_container(
                     &p.uid,
@@ -855,7 +909,13 @@ fn run(s: &Setup, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
                 ) {
                     Ok(placed) => {
                         let c = placed.containers.iter().find(|c| c.name == name).unwrap();
-                        if *milli > 0 && milli % 1000 == 0 {
+                        // A pod-level pod without a bubble (fractional budget) under the pod
+                        // scope runs every container on the node shared pool, as admitted.
+                        let unbubbled = p.resources.is_some()
+                            && placed.cpus.is_none()
+                            && s.scope == TopologyScope::Pod
+                            && s.policy != TopologyPolicy::None;
+                        if *milli > 0 && milli % 1000 == 0 && !unbubbled {
                             prop_assert!(c.exclusive, "{}/{} not exclusive", p.uid, name);
                             prop_assert_eq!(c.cpus.len() as u64, milli / 1000);
                         } else {
@@ -880,8 +940,6 @@ fn run(s: &Setup, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
                 let Some(cp) = n.container(&p.uid, &name).filter(|c| c.exclusive) else {
                     continue;
                 };
-                let key = (p.uid.clone(), name.clone());
-                promised.entry(key).or_insert_with(|| cp.cpus.clone());
                 let want = cp.cpus.len() as i64 + i64::from(*delta);
                 if want <= 0 {
                     continue;
