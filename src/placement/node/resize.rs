@@ -528,7 +528,7 @@ impl Node {
             .merge_with_claims(&mut hints, &claimed)
             .map_err(ResizeError::Admission)?;
         if !admit {
-            return Err(self.no_node_holds(want));
+            return Err(self.no_node_holds(want, &new.uid));
         }
         let m = self.cpu.manager_mut();
         m.allocate_whole_pod(new, &hint)
@@ -586,8 +586,9 @@ impl Node {
         Ok(())
     }
 
-    /// Why no NUMA node (set) the policy accepts holds `want` CPUs: each node's free CPUs.
-    fn no_node_holds(&self, want: usize) -> ResizeError {
+    /// Why no NUMA node (set) the policy accepts holds `want` CPUs: each node's free CPUs, and
+    /// where the pod's memory already is.
+    fn no_node_holds(&self, want: usize, pod_uid: &str) -> ResizeError {
         let m = self.cpu.manager();
         let free = m.available();
         let d = m.topology().details();
@@ -600,11 +601,15 @@ impl Node {
             })
             .collect::<Vec<_>>()
             .join(", ");
+        let memory = match self.memory.pod_blocks(pod_uid).map(block_nodes) {
+            Some(nodes) => format!("; its memory is on NUMA node(s) {}", mask_list(nodes)),
+            None => String::new(),
+        };
         ResizeError::NotEnoughCpus {
             requested: want,
             available: free.len(),
             detail: format!(
-                "{}: no NUMA affinity the policy admits holds them; {detail}",
+                "{}: no NUMA affinity the policy admits holds them; {detail}{memory}",
                 policy_name(self.config.topology_policy)
             ),
         }

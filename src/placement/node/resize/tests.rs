@@ -416,6 +416,16 @@ fn a_fractional_budget_grown_whole_lands_beside_the_memory_it_holds() {
     let grown = n.resize_pod("p", &whole(3000, 3 * GI)).unwrap();
     assert_eq!(numa(&grown.cpus.clone().unwrap()), vec![1]);
     assert_eq!(grown.memory, placed.memory);
+    // More than any node holds: refused, naming where the memory is.
+    n.resize_pod("p", &whole(1500, 3 * GI)).unwrap();
+    let snap = n.snapshot();
+    let err = n.resize_pod("p", &whole(7000, 3 * GI)).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("; its memory is on NUMA node(s) 1)"),
+        "{err}"
+    );
+    assert_eq!(n.snapshot(), snap);
 }
 
 #[test]
