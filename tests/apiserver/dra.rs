@@ -61,12 +61,7 @@ fn create_claiming_pod(cp: &Cp, node: &TestNode, name: &str, claim: &str, cpu: &
         ns = node.namespace,
         node = node.name
     );
-    cp.kubectl_in(
-        &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
-        &pod,
-    )
-    .trim()
-    .to_string()
+    cp.create(&pod)
 }
 
 /// crictl runp of the pod's sandbox through numa-shim: (admitted, crictl's output).

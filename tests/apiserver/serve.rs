@@ -56,13 +56,7 @@ async fn serve_refuses_a_pod_from_the_api_server_and_reports_it() {
         ns = node.namespace,
         node = node.name
     );
-    let uid = cp
-        .kubectl_in(
-            &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
-            &pod,
-        )
-        .trim()
-        .to_string();
+    let uid = cp.create(&pod);
 
     let dir = run.join("serve-apiserver");
     let _ = std::fs::remove_dir_all(&dir);
