@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use numa_shim::testing::process::{serve_args, ShimProcess};
+use numa_shim::testing::process::ShimProcess;
 use support::harness::{fixture, kubelet_yaml, Kubelet};
 use support::kubelet::{pod_def, Res, GI};
 use support::runtime::{Fake, Runtime};
@@ -38,16 +38,13 @@ async fn serve_under_umask_000_creates_owner_only_state() {
         "umask 000 && exec \"$0\" \"$@\"".to_string(),
         env!("CARGO_BIN_EXE_numa-shim").to_string(),
     ];
-    args.extend(serve_args(
+    args.extend(crate::serve_args(
         &listen,
         &runtime.path,
+        &machine,
+        &config,
+        &state,
         &[
-            "--topology",
-            machine.to_str().unwrap(),
-            "--kubelet-config",
-            config.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
             "--pod-knowledge",
             "cri",
             "--kubelet-pod-resources-socket",

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use numa_shim::cpuset::CpuSet;
-use numa_shim::testing::process::{serve_args, ShimProcess};
+use numa_shim::testing::process::ShimProcess;
 use numa_shim::topology::fake::FakeSysfs;
 use support::harness::{fixture, kubelet_yaml, Kubelet, PodsApi};
 use support::kubelet::{pod_def, quota, PodDef, Res, GI};
@@ -34,25 +34,18 @@ async fn start_serve(
     .await
 }
 
-/// The flags of [`start_serve`]; writes `kubelet.yaml`.
+/// The arguments of [`start_serve`]; writes `kubelet.yaml`.
 fn serve_flags(dir: &Path, topology: &Path, kubelet_config: &str, extra: &[&str]) -> Vec<String> {
     let config = dir.join("kubelet.yaml");
     std::fs::write(&config, kubelet_config).unwrap();
-    let (topology, config, state) = (
-        topology.display().to_string(),
-        config.display().to_string(),
-        dir.join("state").display().to_string(),
-    );
-    let mut flags = vec![
-        "--topology",
-        &topology,
-        "--kubelet-config",
+    crate::serve_args(
+        &dir.join("shim.sock"),
+        &dir.join("runtime.sock"),
+        topology,
         &config,
-        "--state-dir",
-        &state,
-    ];
-    flags.extend(extra);
-    serve_args(&dir.join("shim.sock"), &dir.join("runtime.sock"), &flags)
+        &dir.join("state"),
+        extra,
+    )
 }
 
 fn plr_pod(name: &str, budget: u64, exclusive: u64) -> PodDef {

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use numa_shim::proto::cri::v1 as cri;
-use numa_shim::testing::process::{serve_args, ShimProcess};
+use numa_shim::testing::process::ShimProcess;
 use numa_shim::testing::tmpfs::Tmpfs;
 use support::harness::{fixture, kubelet_yaml, Kubelet};
 use support::kubelet::{pod_def, PodDef, Res, GI};
@@ -42,13 +42,7 @@ impl Serve {
         let port = numa_shim::testing::free_port();
         let metrics = format!("127.0.0.1:{port}");
         let listen = dir.join("shim.sock");
-        let flags = [
-            "--topology",
-            machine.to_str().unwrap(),
-            "--kubelet-config",
-            config.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
+        let extra = [
             "--pod-knowledge",
             "cri",
             "--pod-resources-socket",
@@ -58,7 +52,7 @@ impl Serve {
         ];
         let process = ShimProcess::spawn(
             Path::new(env!("CARGO_BIN_EXE_numa-shim")),
-            serve_args(&listen, runtime, &flags),
+            crate::serve_args(&listen, runtime, &machine, &config, state, &extra),
             &listen,
             &dir.join("serve.log"),
         );
