@@ -6,26 +6,16 @@
 #   integration/crictl_parity.sh            direct vs numa-shim
 #   integration/crictl_parity.sh --self     direct vs direct (checks the normalisation is stable)
 #
-# Uses the runtime named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own (IT_RUNTIME,
-# IT_CONTAINERD_VERSION: lib/runtime.sh).
+# Uses the runtime named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own (lib/parity.sh;
+# IT_RUNTIME, IT_CONTAINERD_VERSION: lib/runtime.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=integration/lib/common.sh
-source "$here/lib/common.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/lib/image.sh"
-# shellcheck source=integration/lib/runtime.sh
-source "$here/lib/runtime.sh"
+# shellcheck source=integration/lib/parity.sh
+source "$here/lib/parity.sh"
 
 mode=${1:-shim}
 out=$IT_WORK/parity/$IT_CG
-rm -rf "$out"
-mkdir -p "$out"
-if [[ -z ${NUMA_SHIM_IT_CONTAINERD:-} ]]; then
-    trap it_teardown EXIT
-    trap "exit 143" TERM INT
-    it_up
-fi
+parity_up "$out"
 
 # The sequence. Pod and container configs are written once and used for both runs.
 cat >"$out/pod.json" <<EOF
@@ -133,12 +123,10 @@ if [[ $mode == --self ]]; then
     it_log "crictl sequence against $IT_RUNTIME directly, again (--self)"
     run_sequence "$IT_SOCK" "$out/other"
 else
-    cargo build --quiet --bin numa-shim --manifest-path "$IT_REPO/Cargo.toml"
-    # shellcheck disable=SC2086 # NUMA_SHIM_IT_SHIM_ARGS is a list of words
-    shim=$(it_shim_start parity-shim ${NUMA_SHIM_IT_SHIM_ARGS:-})
-    it_log "crictl sequence through numa-shim ($shim)"
-    run_sequence "$shim" "$out/other"
-    _it_kill "$(cat "$IT_RUN/pids/parity-shim")"
+    parity_shim parity-shim
+    it_log "crictl sequence through numa-shim ($PARITY_SHIM)"
+    run_sequence "$PARITY_SHIM" "$out/other"
+    parity_shim_stop parity-shim
 fi
 
 passed=0

@@ -8,27 +8,17 @@
 #   integration/critest.sh            direct, then through numa-shim
 #   integration/critest.sh --direct   direct only (to check the skip list on a new runtime)
 #
-# Uses the runtime named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own (IT_RUNTIME,
-# IT_CONTAINERD_VERSION: lib/runtime.sh).
+# Uses the runtime named by NUMA_SHIM_IT_CONTAINERD (test-all.sh) or starts its own (lib/parity.sh;
+# IT_RUNTIME, IT_CONTAINERD_VERSION: lib/runtime.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=integration/lib/common.sh
-source "$here/lib/common.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/lib/image.sh"
-# shellcheck source=integration/lib/runtime.sh
-source "$here/lib/runtime.sh"
+# shellcheck source=integration/lib/parity.sh
+source "$here/lib/parity.sh"
 
 mode=${1:-shim}
 out=$IT_WORK/critest/$IT_CG
-rm -rf "$out"
-mkdir -p "$out"
 [[ -x $IT_BIN/critest ]] || it_die "no $IT_BIN/critest (integration/install-deps.sh)"
-if [[ -z ${NUMA_SHIM_IT_CONTAINERD:-} ]]; then
-    trap it_teardown EXIT
-    trap "exit 143" TERM INT
-    it_up
-fi
+parity_up "$out"
 
 cat >"$out/images.yaml" <<EOF
 defaultTestContainerImage: $IT_BUSYBOX_IMAGE
@@ -71,11 +61,9 @@ if [[ -s $out/direct.failed ]]; then
 fi
 [[ $mode == --direct ]] && { [[ ! -s $out/direct.failed ]]; exit; }
 
-cargo build --quiet --bin numa-shim --manifest-path "$IT_REPO/Cargo.toml"
-# shellcheck disable=SC2086 # NUMA_SHIM_IT_SHIM_ARGS is a list of words
-shim=$(it_shim_start critest-shim ${NUMA_SHIM_IT_SHIM_ARGS:-})
-run_critest numa-shim "$shim"
-_it_kill "$(cat "$IT_RUN/pids/critest-shim")"
+parity_shim critest-shim
+run_critest numa-shim "$PARITY_SHIM"
+parity_shim_stop critest-shim
 specs "$out/numa-shim.json" passed | sort >"$out/numa-shim.passed"
 comm -23 "$out/direct.passed" "$out/numa-shim.passed" >"$out/regressions"
 direct_n=$(wc -l <"$out/direct.passed")

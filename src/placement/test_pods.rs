@@ -82,3 +82,17 @@ pub fn pod_of(uid: &str, budget: Option<Resources>, containers: Vec<ContainerSpe
         containers: apps,
     }
 }
+
+/// A pod-level (PLRM) pod of [`pod_of`]: `cpus` whole CPUs of budget (`cpus` Gi of memory), one
+/// exclusive container `excl` of `cpus - 1` CPUs (1 Gi) and one container `pool` on the pod shared
+/// pool.
+pub fn plrm_pod(uid: &str, cpus: u64) -> PodSpec {
+    pod_of(
+        uid,
+        Some(guaranteed(cpus * 1000, cpus * GI)),
+        vec![
+            app("excl", guaranteed((cpus - 1) * 1000, GI)),
+            app("pool", Resources::default()),
+        ],
+    )
+}

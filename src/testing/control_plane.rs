@@ -71,6 +71,16 @@ impl Cp {
             .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
     }
 
+    /// `kubectl create` of the object `manifest` (JSON or YAML); returns its UID.
+    pub fn create(&self, manifest: &str) -> String {
+        self.kubectl_in(
+            &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
+            manifest,
+        )
+        .trim()
+        .to_string()
+    }
+
     /// Stops the API server; it starts again when the guard drops (also when the test fails).
     #[must_use]
     pub fn stop_apiserver(&self) -> Stopped {
@@ -212,13 +222,7 @@ impl TestNode {
             ns = self.namespace,
             node = self.name
         );
-        self.cp
-            .kubectl_in(
-                &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
-                &pod,
-            )
-            .trim()
-            .to_string()
+        self.cp.create(&pod)
     }
 
     pub fn delete_pod(&self, name: &str) {

@@ -1,19 +1,23 @@
-//! The one launcher of a `numa-shim serve` process for the real-peer suites
-//! (`tests/realruntime`, `tests/realkubelet`, `tests/cluster`): spawns the binary with its flags
-//! and its log in a file, waits until it answers CRI `Version` on its socket, stops it as a
-//! crash (SIGKILL) or cleanly (SIGTERM), starts it again with the same flags, and shows the
-//! log's tail beside a failed test.
+//! The one launcher of a `numa-shim serve` process, for every test that runs the binary
+//! (`tests/e2e`, `tests/apiserver` and the real-peer suites `tests/realruntime`,
+//! `tests/realkubelet`, `tests/cluster`): spawns it with its flags and its log in a file, waits
+//! until it answers CRI `Version` on its socket (or leaves a test of start-up to watch it),
+//! signals it, stops it as a crash (SIGKILL) or cleanly (SIGTERM, with or without asserting its
+//! exit), starts it again with the same flags, and shows the log's tail beside a failed test.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::proto::cri::v1 as cri;
 use crate::proto::cri::v1::runtime_service_client::RuntimeServiceClient;
 use crate::transport::unix_channel;
 
-/// How long a fresh process may take to answer on its socket.
-const READY_WITHIN: Duration = Duration::from_secs(30);
+/// How long a fresh process may take to answer on its socket ([`ShimProcess::start`]).
+pub const READY_WITHIN: Duration = Duration::from_secs(30);
+
+/// How long [`ShimProcess::stop`] gives a process to exit after SIGTERM.
+const STOP_WITHIN: Duration = Duration::from_secs(10);
 
 /// The `numa-shim` binary cargo built for the test binary running now, beside it
 /// (`target/<profile>/numa-shim`, what `CARGO_BIN_EXE_numa-shim` names in an integration test):
@@ -52,8 +56,17 @@ pub struct ShimProcess {
 
 impl ShimProcess {
     /// Starts `bin` with `args` (which make it listen on `socket`), its stderr appended to `log`,
-    /// and waits until it answers.
+    /// and waits until it answers (within [`READY_WITHIN`]).
     pub async fn start(bin: &Path, args: Vec<String>, socket: &Path, log: &Path) -> Self {
+        let mut process = Self::spawn(bin, args, socket, log);
+        process.wait_answering(READY_WITHIN).await;
+        process
+    }
+
+    /// Starts `bin` as [`Self::start`] does, without waiting for it to answer: for a test of
+    /// start-up itself (a process that waits for its peers, or is to fail), or one that waits for
+    /// something else or longer ([`Self::wait_answering`]).
+    pub fn spawn(bin: &Path, args: Vec<String>, socket: &Path, log: &Path) -> Self {
         let mut process = Self {
             bin: bin.to_path_buf(),
             args,
@@ -61,11 +74,11 @@ impl ShimProcess {
             log: log.to_path_buf(),
             child: None,
         };
-        process.spawn().await;
+        process.launch();
         process
     }
 
-    async fn spawn(&mut self) {
+    fn launch(&mut self) {
         assert!(self.child.is_none(), "numa-shim is still running");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -80,15 +93,32 @@ impl ShimProcess {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let deadline = Instant::now() + READY_WITHIN;
+    }
+
+    /// Waits until it answers on its socket; fails the test (with the log) when it exits first
+    /// or has not answered within `within`.
+    pub async fn wait_answering(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
         while !self.answers().await {
+            if let Some(status) = self.exited() {
+                panic!(
+                    "numa-shim exited ({status}) before it answered; log:\n{}",
+                    self.log_text()
+                );
+            }
             assert!(
                 Instant::now() < deadline,
-                "numa-shim did not answer; log:\n{}",
+                "numa-shim did not answer within {within:?}; log:\n{}",
                 self.log_text()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// How it ended, once it has exited by itself; `None` while it runs (and after
+    /// [`Self::kill9`], [`Self::terminate`] or [`Self::stop`]).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().unwrap())
     }
 
     /// The process id while it runs.
@@ -115,7 +145,18 @@ impl ShimProcess {
         }
     }
 
-    /// SIGTERM (numa-shim drains its calls and exits); waits for the exit.
+    /// Sends `signal` (as `kill` names it: `HUP`, `TERM`, ...) to the running process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("numa-shim is not running");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}: {status}");
+    }
+
+    /// SIGTERM (numa-shim drains its calls and exits); waits for the exit, whatever it is.
     pub fn terminate(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
@@ -125,15 +166,41 @@ impl ShimProcess {
         }
     }
 
-    /// Starts the process again with the same flags after [`Self::kill9`] or [`Self::terminate`].
+    /// SIGTERM, and a clean exit: fails the test (with the log) unless it exits with status 0
+    /// within 10 s (then it is SIGKILLed when dropped).
+    pub async fn stop(&mut self) {
+        self.signal("TERM");
+        let deadline = Instant::now() + STOP_WITHIN;
+        loop {
+            if let Some(status) = self.exited() {
+                self.child = None;
+                assert!(
+                    status.success(),
+                    "numa-shim exited with {status} on SIGTERM; log:\n{}",
+                    self.log_text()
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "numa-shim did not stop within {STOP_WITHIN:?} of SIGTERM; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts the process again with the same flags after [`Self::kill9`], [`Self::terminate`]
+    /// or [`Self::stop`], and waits until it answers.
     pub async fn start_again(&mut self) {
-        self.spawn().await;
+        self.launch();
+        self.wait_answering(READY_WITHIN).await;
     }
 
     /// SIGKILL and start again (same socket, state dir and settings), as a supervisor would.
     pub async fn restart(&mut self) {
         self.kill9();
-        self.spawn().await;
+        self.start_again().await;
     }
 
     /// Everything it logged so far (across restarts).

@@ -699,18 +699,9 @@ pub fn normalise_pod(pod: &Value, node: &str) -> Value {
     })
 }
 
-/// GET `path` from an HTTP server on `addr` (HTTP/1.0, whole body).
+/// The body of `GET path` from an HTTP server on `addr` (HTTP/1.0), empty when nothing answers.
 pub fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
+    crate::testing::http_get(addr, path).1
 }
 
 /// The value of one Prometheus sample line `name{labels} value`, 0 when absent.

@@ -61,12 +61,7 @@ fn create_claiming_pod(cp: &Cp, node: &TestNode, name: &str, claim: &str, cpu: &
         ns = node.namespace,
         node = node.name
     );
-    cp.kubectl_in(
-        &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
-        &pod,
-    )
-    .trim()
-    .to_string()
+    cp.create(&pod)
 }
 
 /// crictl runp of the pod's sandbox through numa-shim: (admitted, crictl's output).
@@ -218,7 +213,7 @@ async fn dra_claims_place_and_refuse_by_their_devices_numa_node() {
     )
     .unwrap();
     let log = dir.join("numa-shim.log");
-    let _shim = serve(&shim_config, &log, &socket);
+    let _shim = serve(&shim_config, &log, &socket).await;
     // numa-shim's pod watch has the pods before the kubelet would run them.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut sandboxes = Vec::new();

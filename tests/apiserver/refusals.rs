@@ -250,13 +250,7 @@ async fn the_mirror_pod_of_a_static_pod_gets_the_event_only() {
         ns = node.namespace,
         node = node.name
     );
-    let mirror_uid = cp
-        .kubectl_in(
-            &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
-            &mirror,
-        )
-        .trim()
-        .to_string();
+    let mirror_uid = cp.create(&mirror);
     reporter.refused(refusal(&node, "static-web", "static-hash-1"));
     settled(&reporter, 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -4,53 +4,29 @@
 //! reports write the Event and the Failed status. crictl plays the kubelet's RunPodSandbox.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use numa_shim::testing::process::ShimProcess;
 
 use super::support::*;
 
-pub(super) struct Serve {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "numa-shim log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-pub(super) fn serve(config: &Path, log: &Path, socket: &Path) -> Serve {
-    let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    // Owned before the wait, so a numa-shim that never listens is still stopped (and its log
-    // shown) when the wait gives up.
-    let serve = Serve {
-        child,
-        log: log.to_path_buf(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "numa-shim did not listen on {}",
-            socket.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    serve
+/// `numa-shim serve --config config` (which names `socket`), its log at `log`; answering within
+/// 90 s.
+pub(super) async fn serve(config: &Path, log: &Path, socket: &Path) -> ShimProcess {
+    let args = vec![
+        "serve".to_string(),
+        "--config".to_string(),
+        config.display().to_string(),
+    ];
+    let mut shim = ShimProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_numa-shim")),
+        args,
+        socket,
+        log,
+    );
+    shim.wait_answering(Duration::from_secs(90)).await;
+    shim
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,13 +56,7 @@ async fn serve_refuses_a_pod_from_the_api_server_and_reports_it() {
         ns = node.namespace,
         node = node.name
     );
-    let uid = cp
-        .kubectl_in(
-            &["create", "-f", "-", "-o", "jsonpath={.metadata.uid}"],
-            &pod,
-        )
-        .trim()
-        .to_string();
+    let uid = cp.create(&pod);
 
     let dir = run.join("serve-apiserver");
     let _ = std::fs::remove_dir_all(&dir);
@@ -108,7 +78,7 @@ async fn serve_refuses_a_pod_from_the_api_server_and_reports_it() {
         ),
     )
     .unwrap();
-    let _shim = serve(&config, &dir.join("numa-shim.log"), &socket);
+    let _shim = serve(&config, &dir.join("numa-shim.log"), &socket).await;
 
     // RunPodSandbox as the kubelet sends it for this pod (pod-level limits in the sandbox).
     let sandbox = dir.join("sandbox.json");

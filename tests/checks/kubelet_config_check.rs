@@ -5,10 +5,11 @@
 //! loudly. Seen with the real kubelet (tests/realkubelet): a 2-CPU pod the kubelet admits by its
 //! allocatable stays Pending when numa-shim reserves a CPU the kubelet does not.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use numa_shim::testing::process::{serve_args, ShimProcess};
 
 const BIN: &str = env!("CARGO_BIN_EXE_numa-shim");
 const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -162,8 +163,8 @@ fn a_kubelet_running_its_own_managers_is_refused_unless_a_drop_in_turns_them_off
     );
 }
 
-#[test]
-fn serve_says_loudly_that_the_kubelet_runs_its_own_cpu_manager() {
+#[tokio::test]
+async fn serve_says_loudly_that_the_kubelet_runs_its_own_cpu_manager() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let main = write(
@@ -171,39 +172,32 @@ fn serve_says_loudly_that_the_kubelet_runs_its_own_cpu_manager() {
         "config.yaml",
         &format!("{HEADER}cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"),
     );
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .arg("--listen")
-        .arg(d.join("cri.sock"))
-        .arg("--runtime")
-        .arg(d.join("no-runtime.sock"))
-        .arg("--kubelet-config")
-        .arg(&main)
-        .arg("--topology")
-        .arg(machine(d))
-        .arg("--state-dir")
-        .arg(d.join("state"))
-        .arg("--pod-resources-socket")
-        .arg("none")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (main, machine, state) = (
+        main.display().to_string(),
+        machine(d).display().to_string(),
+        d.join("state").display().to_string(),
+    );
+    let flags = [
+        "--kubelet-config",
+        &main,
+        "--topology",
+        &machine,
+        "--state-dir",
+        &state,
+        "--pod-resources-socket",
+        "none",
+    ];
+    let socket = d.join("cri.sock");
+    let mut serve = ShimProcess::spawn(
+        Path::new(BIN),
+        serve_args(&socket, &d.join("no-runtime.sock"), &flags),
+        &socket,
+        &d.join("serve.log"),
+    );
     // The check runs before recovery, which waits for the (absent) runtime.
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let log = reader.join().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    serve.kill9();
+    let log = serve.log_text();
     let line = log
         .lines()
         .find(|l| l.contains("THE KUBELET IS NOT SET UP FOR NUMA-SHIM"))

@@ -47,3 +47,32 @@ fn support_finds_the_built_binary() {
         std::path::Path::new(env!("CARGO_BIN_EXE_numa-shim"))
     );
 }
+
+/// The one launcher fails a test at once, naming the exit and showing the log, when numa-shim
+/// ends before it answers (here on a flag it does not know), rather than waiting out its 30 s.
+#[tokio::test]
+async fn the_launcher_fails_at_once_when_numa_shim_exits_before_it_answers() {
+    use numa_shim::testing::process::{serve_args, ShimProcess};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, log) = (dir.path().join("shim.sock"), dir.path().join("serve.log"));
+    let args = serve_args(
+        &socket,
+        &dir.path().join("runtime.sock"),
+        &["--no-such-flag"],
+    );
+    let started = Instant::now();
+    let start = tokio::spawn(async move {
+        let bin = Path::new(env!("CARGO_BIN_EXE_numa-shim"));
+        ShimProcess::start(bin, args, &socket, &log).await;
+    });
+    let failed = start
+        .await
+        .expect_err("numa-shim answered with an unknown flag");
+    let message = *failed.into_panic().downcast::<String>().unwrap();
+    assert!(
+        message.contains("exited") && message.contains("--no-such-flag"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{message}");
+}

@@ -6,9 +6,9 @@ use numa_shim::testing::e2e as support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use numa_shim::testing::process::ShimProcess;
 use support::harness::{fixture, kubelet_yaml, Kubelet};
 use support::kubelet::{pod_def, Res, GI};
 use support::runtime::{Fake, Runtime};
@@ -33,38 +33,29 @@ async fn serve_under_umask_000_creates_owner_only_state() {
     let listen = run.join("cri.sock");
     let state = dir.path().join("lib/numa-shim");
     let log = dir.path().join("serve.log");
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("umask 000 && exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_numa-shim"))
-        .arg("serve")
-        .arg("--listen")
-        .arg(format!("unix://{}", listen.display()))
-        .arg("--runtime")
-        .arg(format!("unix://{}", runtime.path.display()))
-        .arg("--topology")
-        .arg(&machine)
-        .arg("--kubelet-config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["--pod-knowledge", "cri"])
-        .arg("--kubelet-pod-resources-socket")
-        .arg("none")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut args = vec![
+        "-c".to_string(),
+        "umask 000 && exec \"$0\" \"$@\"".to_string(),
+        env!("CARGO_BIN_EXE_numa-shim").to_string(),
+    ];
+    args.extend(crate::serve_args(
+        &listen,
+        &runtime.path,
+        &machine,
+        &config,
+        &state,
+        &[
+            "--pod-knowledge",
+            "cri",
+            "--kubelet-pod-resources-socket",
+            "none",
+        ],
+    ));
+    let mut serve = ShimProcess::start(Path::new("sh"), args, &listen, &log).await;
     let podres = state.join("pod-resources/kubelet.sock");
     for _ in 0..400 {
-        if listen.exists() && podres.exists() {
+        if podres.exists() {
             break;
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "serve exited: {status}\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -72,8 +63,7 @@ async fn serve_under_umask_000_creates_owner_only_state() {
     let result = kubelet
         .start_pod(&pod_def("named").container("main", Res::guaranteed(2000, GI)))
         .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    serve.kill9();
     result.unwrap();
 
     let checkpoint = state.join("numa-shim-state.json");

@@ -14,3 +14,30 @@ mod resize;
 mod restart;
 mod serve;
 mod state_full;
+
+use std::path::Path;
+
+/// The arguments of `numa-shim serve` as these tests run the binary: listening on `listen` in
+/// front of the fake runtime on `runtime`, the machine at `topology` (topology JSON or a sysfs
+/// tree), the kubelet's settings in `kubelet_config`, its state in `state`, then `extra`.
+fn serve_args(
+    listen: &Path,
+    runtime: &Path,
+    topology: &Path,
+    kubelet_config: &Path,
+    state: &Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let path = |p: &Path| p.display().to_string();
+    let (topology, kubelet_config, state) = (path(topology), path(kubelet_config), path(state));
+    let mut flags = vec![
+        "--topology",
+        &topology,
+        "--kubelet-config",
+        &kubelet_config,
+        "--state-dir",
+        &state,
+    ];
+    flags.extend(extra);
+    numa_shim::testing::process::serve_args(listen, runtime, &flags)
+}

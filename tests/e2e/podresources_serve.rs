@@ -5,28 +5,21 @@
 //! reserved one.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cri::runtime_service_client::RuntimeServiceClient;
 use numa_shim::proto::cri::v1 as cri;
 use numa_shim::proto::podresources::v1 as pr;
+use numa_shim::testing::process::ShimProcess;
 use numa_shim::topology::SyntheticSpec;
 use numa_shim::transport::unix_channel;
 use pr::pod_resources_lister_client::PodResourcesListerClient;
 
 use numa_shim::testing::e2e::runtime;
 
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_serve(dir: &Path, runtime: &Path) -> Serve {
+/// `numa-shim serve` in `dir` in front of the fake runtime at `runtime`, on bare socket paths (no
+/// `unix://`), its log `serve.log`; answering.
+async fn start_serve(dir: &Path, runtime: &Path) -> ShimProcess {
     let topology = dir.join("topology.json");
     let machine = SyntheticSpec::new(2, 1, 4, 1, 1).build().unwrap();
     std::fs::write(&topology, machine.to_json().unwrap()).unwrap();
@@ -37,27 +30,33 @@ fn start_serve(dir: &Path, runtime: &Path) -> Serve {
          topologyManagerPolicy: best-effort\ntopologyManagerScope: pod\n",
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
-        .arg("serve")
-        .arg("--listen")
-        .arg(dir.join("cri.sock"))
-        .arg("--runtime")
-        .arg(runtime)
-        .arg("--config")
-        .arg(&config)
-        .arg("--topology")
-        .arg(&topology)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .args(["--pod-knowledge", "cri"])
-        .arg("--pod-resources-socket")
-        .arg(dir.join("pod-resources/kubelet.sock"))
-        .args(["--kubelet-pod-resources-socket", "none"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    Serve(child)
+    let path = |p: &Path| p.display().to_string();
+    let args = [
+        "serve",
+        "--listen",
+        &path(&dir.join("cri.sock")),
+        "--runtime",
+        &path(runtime),
+        "--config",
+        &path(&config),
+        "--topology",
+        &path(&topology),
+        "--state-dir",
+        &path(&dir.join("state")),
+        "--pod-knowledge",
+        "cri",
+        "--pod-resources-socket",
+        &path(&dir.join("pod-resources/kubelet.sock")),
+        "--kubelet-pod-resources-socket",
+        "none",
+    ];
+    ShimProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_numa-shim")),
+        args.map(String::from).to_vec(),
+        &dir.join("cri.sock"),
+        &dir.join("serve.log"),
+    )
+    .await
 }
 
 async fn wait_for(path: &Path) {
@@ -87,10 +86,9 @@ async fn serve_answers_pod_resources_for_pods_placed_through_the_relay() {
     let dir = tempfile::tempdir().unwrap();
     let runtime_path = dir.path().join("runtime.sock");
     let _runtime = runtime::Runtime::start(&runtime_path, runtime::Fake::default()).await;
-    let serve = start_serve(dir.path(), &runtime_path);
+    let serve = start_serve(dir.path(), &runtime_path).await;
     let pr_path = dir.path().join("pod-resources/kubelet.sock");
     wait_for(&pr_path).await;
-    wait_for(&dir.path().join("cri.sock")).await;
     let mut podres = PodResourcesListerClient::new(unix_channel(&pr_path));
     let mut relay = RuntimeServiceClient::new(unix_channel(&dir.path().join("cri.sock")));
 
@@ -189,11 +187,7 @@ async fn serve_answers_pod_resources_for_pods_placed_through_the_relay() {
     assert!(list.pod_resources.is_empty(), "{list:?}");
 
     // SIGTERM: the socket numa-shim created goes away with it.
-    let status = Command::new("kill")
-        .args(["-TERM", &serve.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    serve.signal("TERM");
     let started = Instant::now();
     while pr_path.exists() {
         assert!(

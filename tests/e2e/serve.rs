@@ -5,85 +5,47 @@
 
 use numa_shim::testing::e2e as support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use numa_shim::cpuset::CpuSet;
+use numa_shim::testing::process::ShimProcess;
 use numa_shim::topology::fake::FakeSysfs;
 use support::harness::{fixture, kubelet_yaml, Kubelet, PodsApi};
 use support::kubelet::{pod_def, quota, PodDef, Res, GI};
 use support::runtime::{Fake, Runtime};
 use support::{one_numa, received};
 
-/// A running `numa-shim serve`; killed on drop if the test did not stop it.
-struct Serve {
-    child: Child,
-    listen: PathBuf,
+/// `numa-shim serve` in `dir` (its socket `shim.sock`, its state `state`, its log `serve.log`) in
+/// front of the fake runtime on `runtime.sock`, with the machine at `topology`, the kubelet's
+/// settings `kubelet_config` and `extra` flags; answering.
+async fn start_serve(
+    dir: &Path,
+    topology: &Path,
+    kubelet_config: &str,
+    extra: &[&str],
+) -> ShimProcess {
+    ShimProcess::start(
+        Path::new(env!("CARGO_BIN_EXE_numa-shim")),
+        serve_flags(dir, topology, kubelet_config, extra),
+        &dir.join("shim.sock"),
+        &dir.join("serve.log"),
+    )
+    .await
 }
 
-impl Serve {
-    async fn start(dir: &Path, topology: &Path, kubelet_config: &str, extra: &[&str]) -> Self {
-        let config = dir.join("kubelet.yaml");
-        std::fs::write(&config, kubelet_config).unwrap();
-        let listen = dir.join("shim.sock");
-        let _ = std::fs::remove_file(&listen);
-        let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("unix://{}", listen.display()))
-            .arg("--runtime")
-            .arg(format!("unix://{}", dir.join("runtime.sock").display()))
-            .arg("--topology")
-            .arg(topology)
-            .arg("--kubelet-config")
-            .arg(&config)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let mut serve = Self { child, listen };
-        for _ in 0..400 {
-            if serve.listen.exists() {
-                return serve;
-            }
-            if let Some(status) = serve.child.try_wait().unwrap() {
-                let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
-                panic!("numa-shim serve exited: {status}\n{log}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!(
-            "numa-shim serve did not listen on {}",
-            serve.listen.display()
-        );
-    }
-
-    /// SIGTERM, then wait for a clean exit.
-    async fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        for _ in 0..200 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "numa-shim serve exited with {status}");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("numa-shim serve did not stop on SIGTERM");
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// The arguments of [`start_serve`]; writes `kubelet.yaml`.
+fn serve_flags(dir: &Path, topology: &Path, kubelet_config: &str, extra: &[&str]) -> Vec<String> {
+    let config = dir.join("kubelet.yaml");
+    std::fs::write(&config, kubelet_config).unwrap();
+    crate::serve_args(
+        &dir.join("shim.sock"),
+        &dir.join("runtime.sock"),
+        topology,
+        &config,
+        &dir.join("state"),
+        extra,
+    )
 }
 
 fn plr_pod(name: &str, budget: u64, exclusive: u64) -> PodDef {
@@ -120,8 +82,8 @@ async fn serve_from_topology_json_places_pods_and_keeps_them_across_a_restart() 
     let fake = runtime.fake.clone();
     let cri = ["--pod-knowledge", "cri"];
 
-    let serve = Serve::start(dir.path(), &machine, &settings, &cri).await;
-    let kubelet = Kubelet::connect(&serve.listen).await;
+    let mut serve = start_serve(dir.path(), &machine, &settings, &cri).await;
+    let kubelet = Kubelet::connect(serve.socket()).await;
     let burst = kubelet
         .start_pod(
             &pod_def("burst").container("app", Res::burstable(250, 500, 64 << 20, 128 << 20)),
@@ -147,8 +109,8 @@ async fn serve_from_topology_json_places_pods_and_keeps_them_across_a_restart() 
     .await;
     serve.stop().await;
 
-    let serve = Serve::start(dir.path(), &machine, &settings, &cri).await;
-    let kubelet = Kubelet::connect(&serve.listen).await;
+    let mut serve = start_serve(dir.path(), &machine, &settings, &cri).await;
+    let kubelet = Kubelet::connect(serve.socket()).await;
     let b = plr_pod("b", 4, 2);
     kubelet.start_pod(&b).await.unwrap();
     let second = pod_cpus(&fake, &b);
@@ -176,8 +138,8 @@ async fn serve_from_a_fake_sysfs_tree_with_the_pods_api() {
         "--pods-api-socket",
         socket.to_str().unwrap(),
     ];
-    let serve = Serve::start(dir.path(), &sys, &settings, &args).await;
-    let kubelet = Kubelet::connect(&serve.listen).await;
+    let mut serve = start_serve(dir.path(), &sys, &settings, &args).await;
+    let kubelet = Kubelet::connect(serve.socket()).await;
 
     let mesh = pod_def("mesh")
         .pod_level(Res::guaranteed(6000, 6 * GI))
@@ -211,8 +173,8 @@ async fn serve_from_the_raw_fixture_json_without_the_memory_manager() {
     let settings = kubelet_yaml("single-numa-node", "pod", "memoryManagerPolicy: None\n");
     let runtime = Runtime::start(&dir.path().join("runtime.sock"), Fake::default()).await;
     let fake = runtime.fake.clone();
-    let serve = Serve::start(dir.path(), &machine, &settings, &["--pod-knowledge", "cri"]).await;
-    let kubelet = Kubelet::connect(&serve.listen).await;
+    let mut serve = start_serve(dir.path(), &machine, &settings, &["--pod-knowledge", "cri"]).await;
+    let kubelet = Kubelet::connect(serve.socket()).await;
     let a = plr_pod("a", 4, 2);
     let b = plr_pod("b", 4, 2);
     kubelet.start_pod(&a).await.unwrap();
@@ -264,10 +226,10 @@ async fn sighup_applies_log_level_and_metrics_address() {
     .unwrap();
     let settings = kubelet_yaml("best-effort", "pod", "");
     let args = ["--config", config.to_str().unwrap()];
-    let serve = Serve::start(dir.path(), &machine, &settings, &args).await;
+    let mut serve = start_serve(dir.path(), &machine, &settings, &args).await;
     let log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
     eventually("metrics on the first port", || futures_lite(healthz(first))).await;
-    let kubelet = Kubelet::connect(&serve.listen).await;
+    let kubelet = Kubelet::connect(serve.socket()).await;
     kubelet
         .start_pod(&pod_def("quiet").container("app", Res::default()))
         .await
@@ -287,8 +249,7 @@ async fn sighup_applies_log_level_and_metrics_address() {
         ),
     )
     .unwrap();
-    let pid = serve.child.id().to_string();
-    Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    serve.signal("HUP");
     eventually("the reload is logged", || {
         log().contains("configuration reloaded")
     })
@@ -326,48 +287,23 @@ async fn sigterm_during_start_up_ends_serve() {
     let topology = fixture("topoDualSocketMultiNumaPerSocketHT");
     let machine = dir.path().join("machine.json");
     std::fs::write(&machine, topology.to_json().unwrap()).unwrap();
-    let config = dir.path().join("kubelet.yaml");
-    std::fs::write(&config, kubelet_yaml("single-numa-node", "pod", "")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
-        .arg("serve")
-        .arg("--listen")
-        .arg(format!("unix://{}", dir.path().join("shim.sock").display()))
-        .arg("--runtime")
-        .arg(format!(
-            "unix://{}",
-            dir.path().join("runtime.sock").display()
-        ))
-        .arg("--topology")
-        .arg(&machine)
-        .arg("--kubelet-config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut serve = ShimProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_numa-shim")),
+        serve_flags(
+            dir.path(),
+            &machine,
+            &kubelet_yaml("single-numa-node", "pod", ""),
+            &[],
+        ),
+        &dir.path().join("shim.sock"),
+        &dir.path().join("serve.log"),
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let log = || std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
     assert!(
-        child.try_wait().unwrap().is_none(),
+        serve.exited().is_none(),
         "serve should wait for the runtime: {}",
-        log()
+        serve.log_text()
     );
-    assert!(!dir.path().join("shim.sock").exists(), "{}", log());
-    let pid = child.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    for _ in 0..200 {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "exited with {status}: {}", log());
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!(
-        "numa-shim serve did not stop on SIGTERM during start-up: {}",
-        log()
-    );
+    assert!(!serve.socket().exists(), "{}", serve.log_text());
+    serve.stop().await;
 }

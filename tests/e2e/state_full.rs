@@ -9,83 +9,21 @@
 
 use numa_shim::testing::e2e as support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use numa_shim::proto::cri::v1 as cri;
+use numa_shim::testing::process::ShimProcess;
+use numa_shim::testing::tmpfs::Tmpfs;
 use support::harness::{fixture, kubelet_yaml, Kubelet};
 use support::kubelet::{pod_def, PodDef, Res, GI};
 use support::runtime::{Fake, Runtime};
 use tonic::Code;
 
-/// A small tmpfs mounted for one test; unmounted on drop, even when the test fails.
-struct Tmpfs {
-    path: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(path).unwrap();
-        run(
-            "mount",
-            &[
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-                path.to_str().unwrap(),
-            ],
-        );
-        Self {
-            path: path.to_path_buf(),
-        }
-    }
-
-    /// Writes a filler file until the filesystem is full.
-    fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let filler = self.path.join("filler");
-        let mut file = std::fs::File::create(&filler).unwrap();
-        let block = vec![0u8; 4096];
-        while file.write_all(&block).is_ok() {}
-        let _ = file.sync_all();
-        filler
-    }
-
-    fn remount(&self, mode: &str) {
-        run(
-            "mount",
-            &[
-                "-o",
-                &format!("remount,{mode}"),
-                self.path.to_str().unwrap(),
-            ],
-        );
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-    }
-}
-
-fn run(cmd: &str, args: &[&str]) {
-    let status = Command::new(cmd).args(args).status().unwrap();
-    assert!(
-        status.success(),
-        "{cmd} {args:?}: {status} (the test suite runs as root)"
-    );
-}
-
 /// `numa-shim serve` with its state on `state` and its metrics on a free loopback port.
 struct Serve {
-    child: Child,
-    listen: PathBuf,
+    process: ShimProcess,
     metrics: String,
-    log: PathBuf,
 }
 
 impl Serve {
@@ -104,96 +42,69 @@ impl Serve {
         let port = numa_shim::testing::free_port();
         let metrics = format!("127.0.0.1:{port}");
         let listen = dir.join("shim.sock");
-        let log = dir.join("serve.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_numa-shim"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("unix://{}", listen.display()))
-            .arg("--runtime")
-            .arg(format!("unix://{}", runtime.display()))
-            .arg("--topology")
-            .arg(&machine)
-            .arg("--kubelet-config")
-            .arg(&config)
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--pod-knowledge", "cri", "--pod-resources-socket", "none"])
-            .args(["--metrics-address", &metrics])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            listen,
-            metrics,
-            log,
+        let extra = [
+            "--pod-knowledge",
+            "cri",
+            "--pod-resources-socket",
+            "none",
+            "--metrics-address",
+            &metrics,
+        ];
+        let process = ShimProcess::spawn(
+            Path::new(env!("CARGO_BIN_EXE_numa-shim")),
+            crate::serve_args(&listen, runtime, &machine, &config, state, &extra),
+            &listen,
+            &dir.join("serve.log"),
+        );
+        Self { process, metrics }
+    }
+
+    fn listen(&self) -> &Path {
+        self.process.socket()
+    }
+
+    /// Fails the test if the process has exited.
+    fn assert_running(&mut self) {
+        if let Some(status) = self.process.exited() {
+            panic!("serve exited: {status}\n{}", self.process.log_text());
         }
     }
 
     /// Waits until `/readyz` answers at all (ready or not) and the CRI socket is there.
     async fn wait_answering(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !(self.get("/readyz").0 != 0 && self.listen.exists()) {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("serve exited: {status}\n{}", self.log_text());
-            }
+        while !(self.get("/readyz").0 != 0 && self.listen().exists()) {
+            self.assert_running();
             assert!(
                 Instant::now() < deadline,
                 "no answer; log:\n{}",
-                self.log_text()
+                self.process.log_text()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
     /// `(status, body)` of `GET path`.
     fn get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(&self.metrics) else {
-            return (0, String::new());
-        };
-        let _ = write!(stream, "GET {path} HTTP/1.0\r\n\r\n");
-        let mut text = String::new();
-        let _ = stream.read_to_string(&mut text);
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
-        (status, body.unwrap_or_default())
+        numa_shim::testing::http_get(&self.metrics, path)
     }
 
     /// Waits until `/readyz` answers 200 (`ready`) or 503; returns the body.
     async fn wait_ready(&mut self, ready: bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("serve exited: {status}\n{}", self.log_text());
-            }
+            self.assert_running();
             let (status, body) = self.get("/readyz");
-            if (ready && status == 200) || (!ready && status == 503 && self.listen.exists()) {
+            if (ready && status == 200) || (!ready && status == 503 && self.listen().exists()) {
                 return body;
             }
             assert!(
                 Instant::now() < deadline,
                 "/readyz stayed {status} {body:?} (wanted ready={ready}); log:\n{}",
-                self.log_text()
+                self.process.log_text()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -234,7 +145,7 @@ async fn a_full_or_read_only_state_dir_refuses_placements_and_recovers_by_itself
     let runtime = Runtime::start(&dir.path().join("runtime.sock"), Fake::default()).await;
     let fake = runtime.fake.clone();
     let serve = Serve::start(dir.path(), &state, &runtime.path).await;
-    let kubelet = Kubelet::connect(&serve.listen).await;
+    let kubelet = Kubelet::connect(serve.listen()).await;
     let first = kubelet.start_pod(&guaranteed("first")).await.unwrap();
 
     // Full: a write into the checkpoint's slots needs no space, so placements go on.
@@ -245,7 +156,7 @@ async fn a_full_or_read_only_state_dir_refuses_placements_and_recovers_by_itself
     drop(serve);
     let mut serve = Serve::spawn(dir.path(), &state, &runtime.path);
     serve.wait_answering().await;
-    let kubelet = Kubelet::connect(&serve.listen).await;
+    let kubelet = Kubelet::connect(serve.listen()).await;
     let err = kubelet
         .run_sandbox(&guaranteed("second"))
         .await
@@ -270,7 +181,7 @@ async fn a_full_or_read_only_state_dir_refuses_placements_and_recovers_by_itself
     assert!(!placement.contains("second"), "rolled back: {placement}");
     // What the runtime does in reply is still answered as the runtime answered.
     let mut client = cri::runtime_service_client::RuntimeServiceClient::new(
-        support::harness::channel(&serve.listen).await,
+        support::harness::channel(serve.listen()).await,
     );
     client
         .stop_pod_sandbox(cri::StopPodSandboxRequest {

@@ -4,77 +4,17 @@
 //! a start) before anything reaches containerd, and recovers by itself once there is space
 //! again. Writes into the slots of the file already made need no space and go on.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use numa_shim::testing::tmpfs::Tmpfs;
+
 use crate::support::*;
-
-/// A tmpfs of `size` at `path`, unmounted on drop.
-pub struct Tmpfs {
-    pub path: PathBuf,
-}
-
-impl Tmpfs {
-    pub fn mount(path: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(path).unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount tmpfs at {}", path.display());
-        Self {
-            path: path.to_path_buf(),
-        }
-    }
-
-    /// Fills the filesystem with one file; returns its path.
-    pub fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let filler = self.path.join("filler");
-        let mut file = std::fs::File::create(&filler).unwrap();
-        let block = vec![0u8; 4096];
-        while file.write_all(&block).is_ok() {}
-        filler
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-    }
-}
-
-/// `(status, body)` of GET `path` on `addr`, `(0, "")` when nothing answers.
-pub fn get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    let _ = write!(stream, "GET {path} HTTP/1.0\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
-    (status, body.unwrap_or_default())
-}
 
 /// Waits until `/readyz` answers `want`; returns the body.
 pub async fn wait_readyz(addr: &str, want: u16, shim: &Shim) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let (status, body) = get(addr, "/readyz");
+        let (status, body) = numa_shim::testing::http_get(addr, "/readyz");
         if status == want {
             return body;
         }

@@ -9,7 +9,7 @@ use crate::placement::config::{
     Config, CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
 };
 use crate::placement::node::{Isolation, Node};
-use crate::placement::test_pods::{container, guaranteed, pod_of, GI};
+use crate::placement::test_pods::{container, guaranteed, plrm_pod, pod_of, GI};
 use crate::placement::{ContainerRole, PodSpec, ResourceList, Resources};
 use crate::podresources::Snapshot;
 use crate::topology::SyntheticSpec;
@@ -56,17 +56,6 @@ fn run(registry: &mut Registry, spec: PodSpec) {
     }
 }
 
-fn plrm_pod(uid: &str) -> PodSpec {
-    pod_of(
-        uid,
-        Some(guaranteed(3000, 3 * GI)),
-        vec![
-            container("excl", ContainerRole::App, guaranteed(2000, GI)),
-            container("pool", ContainerRole::App, Resources::default()),
-        ],
-    )
-}
-
 fn only(snapshot: &Snapshot) -> pr::PodResources {
     assert_eq!(snapshot.pods.len(), 1);
     pod_resources(&snapshot.pods[0])
@@ -83,7 +72,7 @@ fn ids(v: &[i64]) -> CpuSet {
 #[test]
 fn pod_scope_bubble_and_exclusive_slice() {
     let mut r = registry(TopologyScope::Pod);
-    run(&mut r, plrm_pod("a"));
+    run(&mut r, plrm_pod("a", 3));
     let res = only(&Snapshot::capture(&r));
     assert_eq!(
         (res.namespace.as_str(), res.name.as_str()),
@@ -165,7 +154,7 @@ fn burstable_pods_report_no_cpus_and_stopped_pods_vanish() {
         &mut r,
         pod_of("b", None, vec![container("app", ContainerRole::App, burst)]),
     );
-    run(&mut r, plrm_pod("a"));
+    run(&mut r, plrm_pod("a", 3));
     let snapshot = Snapshot::capture(&r);
     let list = list_response(&snapshot);
     assert_eq!(list.pod_resources.len(), 2);
@@ -274,7 +263,7 @@ fn allocatable_is_per_numa_from_the_node() {
 #[test]
 fn pod_pool_containers_list_no_memory_of_their_own() {
     let mut r = registry(TopologyScope::Pod);
-    run(&mut r, plrm_pod("a"));
+    run(&mut r, plrm_pod("a", 3));
     let res = only(&Snapshot::capture(&r));
     assert_eq!(res.containers[1].name, "pool");
     assert_eq!(

@@ -14,7 +14,7 @@ use crate::placement::config::{
     Config, CpuPolicy, MemoryPolicy, ReservedCpus, ReservedMemory, TopologyPolicy, TopologyScope,
 };
 use crate::placement::node::Node;
-pub use crate::placement::test_pods::{app, guaranteed, pod_of, GI};
+pub use crate::placement::test_pods::{app, guaranteed, plrm_pod, pod_of, GI};
 use crate::placement::{PodSpec, ResourceList, Resources};
 use crate::podresources::{self, Options, PodResourcesService};
 use crate::proto::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
@@ -36,19 +36,6 @@ pub fn burstable(cpu_milli: u64) -> Resources {
         },
         ..Default::default()
     }
-}
-
-/// A PLRM pod: `cpus` whole CPUs of budget, one exclusive container of `cpus - 1` CPUs and one
-/// container on the pod shared pool.
-pub fn plrm_pod(uid: &str, cpus: u64) -> PodSpec {
-    pod_of(
-        uid,
-        Some(guaranteed(cpus * 1000, cpus * GI)),
-        vec![
-            app("excl", guaranteed((cpus - 1) * 1000, GI)),
-            app("pool", Resources::default()),
-        ],
-    )
 }
 
 /// `sockets` NUMA nodes of `cores` CPUs each (no SMT), static policies, 1Gi reserved per node.
