@@ -54,11 +54,12 @@ it_free_port() {
     echo "$port"
 }
 
-# it_crictl ENDPOINT ARGS... runs the harness's crictl against a unix socket path.
+# it_crictl ENDPOINT ARGS... runs the harness's crictl against a unix socket path; each call may
+# take IT_CRICTL_TIMEOUT (default 60s; the multi-NUMA guests, ~20 times slower, set more).
 it_crictl() {
     local ep=$1
     shift
-    "$IT_BIN/crictl" --config "$IT_WORK/crictl.yaml" --runtime-endpoint "unix://$ep" --image-endpoint "unix://$ep" --timeout 60s "$@"
+    "$IT_BIN/crictl" --config "$IT_WORK/crictl.yaml" --runtime-endpoint "unix://$ep" --image-endpoint "unix://$ep" --timeout "${IT_CRICTL_TIMEOUT:-60s}" "$@"
 }
 
 # it_wait_socket PATH SECONDS: waits for a CRI server to answer `crictl version` on PATH.

@@ -14,6 +14,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/image.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/containerd.sh"
 
 numavm_failures=0
+# A crictl call in the guest: a start took more than 60 s on a host under a load of ~9 (the
+# guest's vCPUs starved: soft lockups), so the guest's calls may take 5 minutes.
+export IT_CRICTL_TIMEOUT=${IT_CRICTL_TIMEOUT:-300s}
 
 # numavm_step TEXT: a step's heading, with the seconds since the script started.
 numavm_step() { printf '\n### [+%ss] %s\n' "$SECONDS" "$*"; }
