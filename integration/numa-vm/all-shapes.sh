@@ -9,7 +9,7 @@
 # cache (integration/install-deps.sh); installs the Debian packages it needs.
 #
 # What it costs on the 2-vCPU machine (qemu on one host CPU; docs/fidelity.md, "Results", has
-# every run): the crictl flows ~12-15 min together. The kubelet comparison: a guest's boot and
+# every run): the crictl flows ~25-45 min together (2n 519 s idle, 794 s under a load of ~7). The kubelet comparison: a guest's boot and
 # containerd ~1 min, then per case both halves (two kubelet starts, the pods one after the
 # other, the readings, the comparison) 6-12 min on a lightly loaded machine (2n: 349-712 s) and
 # 2-5 times that under a load of ~10 from other jobs (2n pod-single-numa-node, 9 steps, 53 min);
