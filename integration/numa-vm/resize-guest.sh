@@ -132,13 +132,15 @@ rcheck() {
 # running containers right after the resize; the guest is slow); prints the last try's output
 # and returns its status.
 settle() {
-    local deadline=$((SECONDS + $1)) out rc
+    local start=$SECONDS deadline=$((SECONDS + $1)) out rc tries=0
     shift
     while :; do
         rc=0
+        tries=$((tries + 1))
         out=$("$@" 2>&1) || rc=$?
         if ((rc == 0 || SECONDS >= deadline)); then
             printf '%s\n' "$out"
+            ((tries == 1)) || echo "(settled after $tries tries, $((SECONDS - start))s: exit $rc)"
             return "$rc"
         fi
         sleep 5
@@ -151,7 +153,7 @@ expect() {
     local out rc=0
     out=$(settle 120 rcheck expect plrm "$@") || rc=$?
     printf '%s\n' "$out"
-    read -r _ _ node _ app _ budget _ pool <<<"$(tail -1 <<<"$out")"
+    read -r _ _ node _ app _ budget _ pool <<<"$(grep "^facts: " <<<"$out" | tail -1)"
     ((rc == 0)) || fail "resize_check expect plrm $* (exit $rc)"
 }
 kernel() { settle 120 check check || fail "numa_check: the kernel differs from /placement"; }

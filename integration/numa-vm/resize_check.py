@@ -82,7 +82,16 @@ def resources_of(res):
 def wait(args):
     deadline = time.time() + args.timeout
     while True:
-        pod = kubectl_pod(args)
+        try:
+            pod = kubectl_pod(args)
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+            # The API server in the emulated guest drops a request now and then.
+            print(f"(kubectl: {e}; trying again)", flush=True)
+            if time.time() > deadline:
+                print(f"FAIL [kubectl] {args.pod}: no answer after {args.timeout}s")
+                return 1
+            time.sleep(10)
+            continue
         conds = resize_conditions(pod)
         status = resources_of(pod.get("status", {}).get("resources"))
         if args.condition:
@@ -101,7 +110,7 @@ def wait(args):
                   f"{json.dumps(pod.get('status', {}).get('resources'), sort_keys=True)}, resize conditions "
                   f"{json.dumps(conds, sort_keys=True)}")
             return 1
-        time.sleep(3)
+        time.sleep(10)
 
 
 def pod_of(view, name):
