@@ -165,15 +165,25 @@ resize() {
     it_kubectl patch pod plrm --subresource resize -p "$patch"
 }
 resizes() { curl -fsS "http://$metrics/metrics" | grep '^numa_shim_resizes_total' || true; }
-sleeper="command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1; done\"]"
+# writer NAME MIB: a container command that sleeps and, once the file NAME appears in its
+# /trigger (a hostPath of $d/trigger: step d makes it after the memory resize), writes MIB MiB
+# into its /tmp, once. (crictl exec of a dd failed in this guest: runc 1.1.5's exec said "error
+# closing exec fds: open /proc/self/fd: no such file or directory".)
+writer() {
+    printf '%s' "command: [sh, -c, \"trap 'exit 0' TERM; while true; do if [ -e /trigger/$1 ] && [ ! -e /tmp/fill ]; then dd if=/dev/zero of=/tmp/fill bs=1M count=$2 2>/dev/null; fi; sleep 1; done\"]"
+}
+mount='volumeMounts: [{name: trigger, mountPath: /trigger, readOnly: true}]'
+mkdir -p "$d/trigger"
 
 step "a. pod plrm: budget cpu 2 / 128Mi, app cpu 1 / 64Mi (exclusive), sidecar without resources (pod pool)"
 printf '%s\n' 'apiVersion: v1' 'kind: Pod' 'metadata: {name: plrm, namespace: default}' 'spec:' \
     '  hostNetwork: true' '  automountServiceAccountToken: false' '  terminationGracePeriodSeconds: 2' \
     '  resources:' '    requests: {cpu: "2", memory: 128Mi}' '    limits: {cpu: "2", memory: 128Mi}' \
+    "  volumes: [{name: trigger, hostPath: {path: $d/trigger, type: Directory}}]" \
     '  initContainers:' '  - name: sidecar' "    image: $IT_BUSYBOX_IMAGE" '    imagePullPolicy: Never' \
-    '    restartPolicy: Always' "    $sleeper" \
-    '  containers:' '  - name: app' "    image: $IT_BUSYBOX_IMAGE" '    imagePullPolicy: Never' "    $sleeper" \
+    '    restartPolicy: Always' "    $(writer sidecar 64)" "    $mount" \
+    '  containers:' '  - name: app' "    image: $IT_BUSYBOX_IMAGE" '    imagePullPolicy: Never' \
+    "    $(writer app 32)" "    $mount" \
     '    resources:' '      requests: {cpu: "1", memory: 64Mi}' '      limits: {cpu: "1", memory: 64Mi}' |
     tee "$d/plrm.yaml" | it_kubectl apply -f -
 if ! it_kubectl wait --for=condition=Ready pod/plrm --timeout="${wait_secs}s"; then
@@ -231,13 +241,7 @@ kernel
 expect --cpus 3 --memory 192Mi --node "$node0" --app "$app0" --keeps "$admitted"
 [[ $budget == "$grown" ]] || fail "the memory resize moved the CPU budget: $grown -> $budget"
 step "d. app writes 32 MiB, sidecar 64 MiB: memory.numa_stat shows them on node $node0"
-cids=$(python3 -c 'import json,sys,urllib.request
-v = json.load(urllib.request.urlopen(sys.argv[1]))
-c = {c["name"]: c["id"] for p in v["pods"] if p["name"] == "plrm" for c in p["containers"]}
-print(c["app"], c["sidecar"])' "http://$metrics/placement")
-read -r app_id side_id <<<"$cids"
-"${crictl[@]}" exec -s "$app_id" dd if=/dev/zero of=/tmp/fill bs=1M count=32 || fail "dd in app"
-"${crictl[@]}" exec -s "$side_id" dd if=/dev/zero of=/tmp/fill bs=1M count=64 || fail "dd in sidecar"
+touch "$d/trigger/app" "$d/trigger/sidecar"
 check numastat app 32 --wait 600 || fail "app's 32 MiB are not on node $node0"
 check numastat sidecar 64 --wait 600 || fail "sidecar's 64 MiB are not on node $node0"
 
