@@ -33,34 +33,24 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_RUN=${IT_RUN:-/run/nsit-numavm-resize}
 export IT_CP_WAIT_FACTOR=${IT_CP_WAIT_FACTOR:-20} IT_KUBELET_START_SECS=${IT_KUBELET_START_SECS:-1200}
-# shellcheck source=integration/lib/common.sh
-source "$here/../lib/common.sh"
+# shellcheck source=integration/lib/numavm.sh
+source "$here/../lib/numavm.sh"
 # shellcheck source=integration/lib/apiserver.sh
 source "$here/../lib/apiserver.sh"
-# shellcheck source=integration/lib/image.sh
-source "$here/../lib/image.sh"
-# shellcheck source=integration/lib/containerd.sh
-source "$here/../lib/containerd.sh"
 # shellcheck source=integration/lib/kubelet.sh
 source "$here/../lib/kubelet.sh"
 wait_secs=${NUMAVM_RESIZE_WAIT_SECS:-1800}
 resize_secs=$((wait_secs / 2))
-step() { printf '\n### [+%ss] %s\n' "$SECONDS" "$*"; }
-failures=0
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
 
 bin=$(it_numa_shim_bin)
 [[ -x $bin ]] || it_die "no numa-shim at $bin (cargo build on the host first)"
 for b in podresources-go crictl; do
     [[ -x $IT_BIN/$b ]] || it_die "no $IT_BIN/$b (integration/install-deps.sh on the host builds it)"
 done
-step "Guest: $(nproc --all) CPUs ($(for n in /sys/devices/system/node/node[0-9]*; do printf '%s=%s ' "${n##*/}" "$(cat "$n/cpulist")"; done))"
+numavm_step "Guest: $(nproc --all) CPUs ($(numavm_nodes))"
 # The pod's budget grows to 3 CPUs beside reserved CPU 0: every node needs 4 CPUs.
 for n in /sys/devices/system/node/node[0-9]*; do
-    c=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import numa_check; print(len(numa_check.parse_list(open(sys.argv[2]).read())))' "$here" "$n/cpulist")
+    c=$(python3 -B -c 'import sys; sys.path.insert(0, sys.argv[1]); import numa_check; print(len(numa_check.parse_list(open(sys.argv[2]).read())))' "$here" "$n/cpulist")
     ((c >= 4)) || it_die "${n##*/} has $c CPUs; this flow needs 4 per node (run.sh's 2s shape)"
 done
 
@@ -77,9 +67,9 @@ finish() {
 trap finish EXIT
 trap "exit 143" TERM INT
 it_up
-step "containerd up"
+numavm_step "containerd up"
 it_cp_up
-step "control plane up (etcd, kube-apiserver, controller-manager, scheduler)"
+numavm_step "control plane up (etcd, kube-apiserver, controller-manager, scheduler)"
 
 d=$IT_RUN/resize
 mkdir -p "$d"
@@ -106,7 +96,7 @@ it_kubelet_config "$name" "${kargs[@]}"
 kconfig=(--kubelet-config "$(it_kubelet_fact "$name" config)" --kubelet-config-dir "$(it_kubelet_fact "$name" config_dir)")
 echo "numa-shim settings ($d/numa-shim.yaml):" && sed 's/^/  /' "$d/numa-shim.yaml"
 echo "\$ numa-shim check-config --config $d/numa-shim.yaml ${kconfig[*]}"
-"$bin" check-config --config "$d/numa-shim.yaml" "${kconfig[@]}" || fail "numa-shim check-config"
+"$bin" check-config --config "$d/numa-shim.yaml" "${kconfig[@]}" || numavm_fail "numa-shim check-config"
 "$bin" serve --config "$d/numa-shim.yaml" --listen "unix://$sock" --runtime "unix://$IT_SOCK" \
     --state-dir "$d/state" "${kconfig[@]}" --pod-knowledge apiserver \
     --kubeconfig "$IT_CP/numa-shim.kubeconfig" --node-name "$IT_NODE_NAME" \
@@ -116,15 +106,14 @@ echo $! >"$IT_RUN/pids/numa-shim-resize"
 it_wait_socket "$sock" 300 || it_die "numa-shim did not answer (log $shim_log)"
 echo "numa-shim topology:" && "$bin" topology | sed 's/^/  /'
 it_kubelet_start "$name" "${kargs[@]}"
-step "numa-shim and kubelet $(it_kubelet_fact "$name" version) up"
+numavm_step "numa-shim and kubelet $(it_kubelet_fact "$name" version) up"
 it_kubectl wait --for=condition=Ready "node/$IT_NODE_NAME" --timeout="${wait_secs}s"
 echo "node $IT_NODE_NAME declares: $(it_kubectl get node "$IT_NODE_NAME" -o 'jsonpath={.status.declaredFeatures}')"
-step "node $IT_NODE_NAME Ready"
+numavm_step "node $IT_NODE_NAME Ready"
 
-crictl=("$IT_BIN/crictl" --config "$IT_WORK/crictl.yaml" --runtime-endpoint "unix://$sock" --timeout 300s)
-check() { python3 "$here/numa_check.py" --placement "http://$metrics" --crictl "${crictl[*]}" "$@"; }
+numavm_shim "$metrics" "$sock" 300s
 rcheck() {
-    python3 "$here/resize_check.py" --placement "http://$metrics" --crictl "${crictl[*]}" \
+    python3 "$here/resize_check.py" --placement "http://$metrics" --crictl "$(numavm_crictl "$sock" 300s)" \
         --podresources "$IT_BIN/podresources-go -socket $prsock -timeout 60s" \
         --kubectl "$IT_KUBECTL --kubeconfig $IT_CP/admin.kubeconfig" "$@"
 }
@@ -154,9 +143,9 @@ expect() {
     out=$(settle 120 rcheck expect plrm "$@") || rc=$?
     printf '%s\n' "$out"
     read -r _ _ node _ app _ budget _ pool <<<"$(grep "^facts: " <<<"$out" | tail -1)"
-    ((rc == 0)) || fail "resize_check expect plrm $* (exit $rc)"
+    ((rc == 0)) || numavm_fail "resize_check expect plrm $* (exit $rc)"
 }
-kernel() { settle 120 check check || fail "numa_check: the kernel differs from /placement"; }
+kernel() { settle 120 numavm_check check || numavm_fail "numa_check: the kernel differs from /placement"; }
 # resize CPU MEMORY: kubectl patch of the pod's spec.resources (requests = limits).
 resize() {
     local patch
@@ -175,7 +164,7 @@ writer() {
 mount='volumeMounts: [{name: trigger, mountPath: /trigger, readOnly: true}]'
 mkdir -p "$d/trigger"
 
-step "a. pod plrm: budget cpu 2 / 128Mi, app cpu 1 / 64Mi (exclusive), sidecar without resources (pod pool)"
+numavm_step "a. pod plrm: budget cpu 2 / 128Mi, app cpu 1 / 64Mi (exclusive), sidecar without resources (pod pool)"
 printf '%s\n' 'apiVersion: v1' 'kind: Pod' 'metadata: {name: plrm, namespace: default}' 'spec:' \
     '  hostNetwork: true' '  automountServiceAccountToken: false' '  terminationGracePeriodSeconds: 2' \
     '  resources:' '    requests: {cpu: "2", memory: 128Mi}' '    limits: {cpu: "2", memory: 128Mi}' \
@@ -198,9 +187,9 @@ admitted=$budget app0=$app node0=$node
 echo "plrm admitted on node $node0: budget $admitted, app $app0, pool $pool"
 "$bin" inspect --endpoint "http://$metrics"
 
-step "b. budget cpu 2 -> 3: grows on node $node0, app keeps CPU $app0, the pool grows to 2 CPUs"
+numavm_step "b. budget cpu 2 -> 3: grows on node $node0, app keeps CPU $app0, the pool grows to 2 CPUs"
 resize 3 128Mi
-rcheck wait plrm --cpus 3 --memory 128Mi --timeout "$resize_secs" || fail "the resize to cpu 3 was not actuated"
+rcheck wait plrm --cpus 3 --memory 128Mi --timeout "$resize_secs" || numavm_fail "the resize to cpu 3 was not actuated"
 kernel
 expect --cpus 3 --memory 128Mi --node "$node0" --app "$app0" --keeps "$admitted"
 grown=$budget
@@ -208,65 +197,65 @@ echo "plrm grown: budget $grown, app $app, pool $pool"
 "$bin" inspect --endpoint "http://$metrics"
 resizes
 
-step "c. budget cpu 3 -> 5: more than node $node0 holds; numa-shim refuses, the kubelet shows it, nothing changes"
-check snapshot >"$d/before-refusal.json"
+numavm_step "c. budget cpu 3 -> 5: more than node $node0 holds; numa-shim refuses, the kubelet shows it, nothing changes"
+numavm_check snapshot >"$d/before-refusal.json"
 resize 5 128Mi
 if out=$(rcheck wait plrm --condition "numa-shim cannot resize" --timeout "$resize_secs"); then
     printf '%s\n' "$out"
-    grep -q 'free cpus' <<<"$out" || fail "the refusal does not name the free CPUs: $out"
-    grep -q "NUMA node(s) $node0" <<<"$out" || fail "the refusal does not name node $node0: $out"
+    grep -q 'free cpus' <<<"$out" || numavm_fail "the refusal does not name the free CPUs: $out"
+    grep -q "NUMA node(s) $node0" <<<"$out" || numavm_fail "the refusal does not name node $node0: $out"
 else
     printf '%s\n' "$out"
-    fail "no PodResizeInProgress condition with numa-shim's refusal"
+    numavm_fail "no PodResizeInProgress condition with numa-shim's refusal"
 fi
-events=$(rcheck events plrm) || fail "kubectl get events"
+events=$(rcheck events plrm) || numavm_fail "kubectl get events"
 printf '%s\n' "$events"
-grep -q 'ResizeRefused .*numa-shim' <<<"$events" || fail "no ResizeRefused event from numa-shim"
-grep -q 'ResizeError .*kubelet' <<<"$events" || fail "no ResizeError event from the kubelet"
-settle 60 check same "$d/before-refusal.json" || fail "the refused resize changed numa-shim's decision"
+grep -q 'ResizeRefused .*numa-shim' <<<"$events" || numavm_fail "no ResizeRefused event from numa-shim"
+grep -q 'ResizeError .*kubelet' <<<"$events" || numavm_fail "no ResizeError event from the kubelet"
+settle 60 numavm_check same "$d/before-refusal.json" || numavm_fail "the refused resize changed numa-shim's decision"
 kernel
 expect --cpus 3 --memory 128Mi --node "$node0" --app "$app0" --spec-cpus 5 --condition "numa-shim cannot resize"
-[[ $budget == "$grown" ]] || fail "the refused resize moved the budget: $grown -> $budget"
+[[ $budget == "$grown" ]] || numavm_fail "the refused resize moved the budget: $grown -> $budget"
 resizes | tee "$d/resizes"
-grep -Eq 'outcome="refused"} [1-9]' "$d/resizes" || fail "numa_shim_resizes_total{outcome=\"refused\"} is 0"
-step "c. patched back to cpu 3: the condition goes"
+grep -Eq 'outcome="refused"} [1-9]' "$d/resizes" || numavm_fail "numa_shim_resizes_total{outcome=\"refused\"} is 0"
+numavm_step "c. patched back to cpu 3: the condition goes"
 resize 3 128Mi
-rcheck wait plrm --cpus 3 --memory 128Mi --timeout "$resize_secs" || fail "the condition stayed after patching back"
+rcheck wait plrm --cpus 3 --memory 128Mi --timeout "$resize_secs" || numavm_fail "the condition stayed after patching back"
 expect --cpus 3 --memory 128Mi --node "$node0" --app "$app0" --keeps "$admitted"
 
-step "d. budget memory 128Mi -> 192Mi (Static Memory Manager): the bubble grows on node $node0"
+numavm_step "d. budget memory 128Mi -> 192Mi (Static Memory Manager): the bubble grows on node $node0"
 resize 3 192Mi
-rcheck wait plrm --cpus 3 --memory 192Mi --timeout "$resize_secs" || fail "the resize to 192Mi was not actuated"
+rcheck wait plrm --cpus 3 --memory 192Mi --timeout "$resize_secs" || numavm_fail "the resize to 192Mi was not actuated"
 kernel
 expect --cpus 3 --memory 192Mi --node "$node0" --app "$app0" --keeps "$admitted"
-[[ $budget == "$grown" ]] || fail "the memory resize moved the CPU budget: $grown -> $budget"
-step "d. app writes 32 MiB, sidecar 64 MiB: memory.numa_stat shows them on node $node0"
+[[ $budget == "$grown" ]] || numavm_fail "the memory resize moved the CPU budget: $grown -> $budget"
+numavm_step "d. app writes 32 MiB, sidecar 64 MiB: memory.numa_stat shows them on node $node0"
 touch "$d/trigger/app" "$d/trigger/sidecar"
-check numastat app 32 --wait 600 || fail "app's 32 MiB are not on node $node0"
-check numastat sidecar 64 --wait 600 || fail "sidecar's 64 MiB are not on node $node0"
+numavm_check numastat app 32 --wait 600 || numavm_fail "app's 32 MiB are not on node $node0"
+numavm_check numastat sidecar 64 --wait 600 || numavm_fail "sidecar's 64 MiB are not on node $node0"
 
-step "e. budget cpu 3 -> 2: the pool shrinks back to the admitted budget $admitted, app keeps CPU $app0"
+numavm_step "e. budget cpu 3 -> 2: the pool shrinks back to the admitted budget $admitted, app keeps CPU $app0"
 resize 2 192Mi
-rcheck wait plrm --cpus 2 --memory 192Mi --timeout "$resize_secs" || fail "the resize to cpu 2 was not actuated"
+rcheck wait plrm --cpus 2 --memory 192Mi --timeout "$resize_secs" || numavm_fail "the resize to cpu 2 was not actuated"
 kernel
 expect --cpus 2 --memory 192Mi --node "$node0" --app "$app0" --keeps "$admitted"
-[[ $budget == "$admitted" ]] || fail "the shrunk budget is $budget, not the admitted $admitted"
+[[ $budget == "$admitted" ]] || numavm_fail "the shrunk budget is $budget, not the admitted $admitted"
 "$bin" inspect --endpoint "http://$metrics"
 resizes
 
-step "The checkers fail on a wrong expectation and on a wrong cpuset.mems"
+numavm_step "The checkers fail on a wrong expectation and on a wrong cpuset.mems"
 other=$(((node0 + 1) % 2))
-out=$(rcheck expect plrm --cpus 4 --memory 256Mi --node "$other" --app 7 2>&1) && fail "resize_check passed a wrong expectation: $out"
+out=$(rcheck expect plrm --cpus 4 --memory 256Mi --node "$other" --app 7 2>&1) && numavm_fail "resize_check passed a wrong expectation: $out"
 for v in placement podresources kubectl kernel; do
-    grep -q "^FAIL \[$v\]" <<<"$out" || fail "resize_check found nothing wrong in the $v view with a wrong expectation"
+    grep -q "^FAIL \[$v\]" <<<"$out" || numavm_fail "resize_check found nothing wrong in the $v view with a wrong expectation"
 done
 grep '^FAIL' <<<"$out" || true
-if out=$(check check --break-mems sidecar 2>&1); then
-    fail "numa_check passed with a wrong cpuset.mems: $out"
+if out=$(numavm_check check --break-mems sidecar 2>&1); then
+    numavm_fail "numa_check passed with a wrong cpuset.mems: $out"
 else
     grep '^FAIL\|wrote a wrong' <<<"$out"
 fi
 echo "numa-shim's resize log:"
 grep -E 'resize' "$shim_log" | cut -c1-400 | tail -40 || true
-step "done: $failures failure(s)"
-((failures == 0))
+numavm_step "done: $numavm_failures failure(s)"
+((numavm_failures == 0))
