@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Helpers of the scripts that run inside a multi-NUMA guest of integration/numa-vm/run.sh
-# (crictl-flow.sh, dra-guest.sh, kubelet-compare.sh): step headings, counted failures, the
-# guest's NUMA nodes, and the judge of numa-shim's placement against the kernel
+# (crictl-flow.sh, dra-guest.sh, kubelet-compare.sh, resize-guest.sh): step headings, counted
+# failures, the guest's NUMA nodes, and the judge of numa-shim's placement against the kernel
 # (integration/numa-vm/numa_check.py). The guest scripts source only this for the harness they
 # share (common.sh, image.sh, containerd.sh: the private containerd); set IT_RUN first. It
 # defines no traps.

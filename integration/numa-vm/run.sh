@@ -4,10 +4,13 @@
 #
 #   integration/numa-vm/run.sh [--timeout SECS] SHAPE -- CMD [ARGS...]
 #
-# SHAPE (vCPUs numbered socket, core, thread; 1 GiB of memory per NUMA node):
+# SHAPE (vCPUs numbered socket, core, thread; 1 GiB of memory per NUMA node, 2 GiB in 2s):
 #   2n   2 sockets x 1 core x 2 threads, 2 NUMA nodes (one per socket)       CPUs 0-1 | 2-3
 #   4n   4 sockets x 1 core x 2 threads, 4 NUMA nodes                        CPUs 0-1 | 2-3 | 4-5 | 6-7
 #   snc  2 sockets x 2 cores x 2 threads, 2 NUMA nodes per socket (sub-NUMA clustering), as 4n
+#   2s   2 sockets x 2 cores x 2 threads, 2 NUMA nodes (one per socket)      CPUs 0-3 | 4-7
+#        (4 vCPUs per node: a pod-level budget with an exclusive container and a sidecar that
+#        grows on its node with CPU 0 reserved; 2 GiB per node for the control plane in the guest)
 #
 # The guest runs Debian's kernel (linux-image-amd64, from /boot) with a small busybox initramfs
 # (built here, cached in integration/.work/numa-vm), sees the host's root file system read-only
@@ -45,14 +48,15 @@ shift 2
 
 # The qemu machine of each shape: -smp and -numa arguments.
 qemu_shape=()
-# shape_args SOCKETS CORES THREADS NODES: 1 GiB per node, vCPUs split evenly over the nodes in order.
+# shape_args SOCKETS CORES THREADS NODES [GIB_PER_NODE]: GIB_PER_NODE (default 1) GiB per node,
+# vCPUs split evenly over the nodes in order.
 shape_args() {
-    local sockets=$1 cores=$2 threads=$3 nodes=$4 cpus per n
+    local sockets=$1 cores=$2 threads=$3 nodes=$4 gib=${5:-1} cpus per n
     cpus=$((sockets * cores * threads))
     per=$((cpus / nodes))
-    qemu_shape=(-smp "$cpus,sockets=$sockets,cores=$cores,threads=$threads" -m "${nodes}G")
+    qemu_shape=(-smp "$cpus,sockets=$sockets,cores=$cores,threads=$threads" -m "$((nodes * gib))G")
     for ((n = 0; n < nodes; n++)); do
-        qemu_shape+=(-object "memory-backend-ram,id=m$n,size=1G"
+        qemu_shape+=(-object "memory-backend-ram,id=m$n,size=${gib}G"
             -numa "node,nodeid=$n,cpus=$((n * per))-$((n * per + per - 1)),memdev=m$n")
     done
 }
@@ -60,7 +64,8 @@ case $shape in
 2n) shape_args 2 1 2 2 ;;
 4n) shape_args 4 1 2 4 ;;
 snc) shape_args 2 2 2 4 ;;
-*) it_die "unknown shape '$shape' (2n, 4n or snc)" ;;
+2s) shape_args 2 2 2 2 2 ;;
+*) it_die "unknown shape '$shape' (2n, 4n, snc or 2s)" ;;
 esac
 
 # Debian packages: the emulator, the guest kernel, the initramfs's busybox and cpio.

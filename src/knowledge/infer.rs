@@ -132,16 +132,38 @@ pub fn quota_from_milli(milli: u64, period: i64) -> i64 {
     ((milli.min(MAX_QUOTA as u64) as i64).saturating_mul(period) / 1000).max(1000)
 }
 
+/// The `cpu_shares` the kubelet reads back from a cgroup v2 pod cgroup it wrote `shares` to:
+/// it writes `cpu.weight` = `getCPUWeight(shares)` and reads `cpuWeightToCPUShares(weight)`
+/// (v1.37.2 pkg/kubelet/cm/cgroup_manager_linux.go:269-277, cgroup_v2_manager_linux.go:174-176),
+/// which loses up to ~26 shares (2048 comes back as 2046). `UpdatePodSandboxResources` carries
+/// that value for the part of the pod cgroup a call does not change (`doPodResizeAction` merges
+/// the new values over what it read from the cgroup).
+pub fn shares_through_cgroup_v2(shares: i64) -> i64 {
+    let shares = shares.clamp(2, MAX_SHARES);
+    let weight = if shares >= 262_144 {
+        10_000
+    } else {
+        1 + ((shares - 2) * 9_999) / 262_142
+    };
+    ((weight - 1) * 262_142) / 9_999 + 2
+}
+
 /// `current` resources with what an UpdateContainerResources (or UpdatePodSandboxResources)
 /// says differently (in-place resize). A field the request leaves unset (0) or sends as the
 /// kubelet would for `current` keeps its value, so a request that only restates the resources
-/// changes nothing and CRI's rounding never moves a request: the CPU request from `cpu_shares`,
-/// the CPU limit from `cpu_quota`/`cpu_period` (no quota: the limit stays), the memory limit
-/// from `memory_limit_in_bytes`, and with it the memory request where it equalled the limit
-/// (CRI carries no memory request; Guaranteed containers have them equal).
+/// changes nothing and CRI's rounding never moves a request: the CPU request from `cpu_shares`
+/// (the current request's shares, or those shares as the kubelet reads them back from a cgroup
+/// v2 pod cgroup, [`shares_through_cgroup_v2`], say it did not move), the CPU limit from
+/// `cpu_quota`/`cpu_period` (no quota: the limit stays), the memory limit from
+/// `memory_limit_in_bytes`, and with it the memory request where it equalled the limit (CRI
+/// carries no memory request; Guaranteed containers have them equal).
 pub fn resized(current: &Resources, cri: &CriResources) -> Resources {
     let mut new = current.clone();
-    if cri.cpu_shares > 0 && cri.cpu_shares != shares_from_milli(current.requests.cpu_milli) {
+    let shares = shares_from_milli(current.requests.cpu_milli);
+    if cri.cpu_shares > 0
+        && cri.cpu_shares != shares
+        && cri.cpu_shares != shares_through_cgroup_v2(shares)
+    {
         new.requests.cpu_milli = request_milli_from_shares(cri.cpu_shares);
     }
     if cri.cpu_quota > 0 && cri.cpu_period > 0 {
@@ -336,6 +358,39 @@ mod tests {
         );
         // No quota in the request: the limit stays.
         assert_eq!(resized(&two, &cri(2048, -1, 2 << 30)), two);
+    }
+
+    #[test]
+    fn shares_read_back_from_a_cgroup_v2_pod_cgroup_do_not_move_the_request() {
+        // The kubelet's cgroup v2 round trip (weight 79 for 2048 shares, read back as 2046;
+        // seen in the 2s guest: the limit pass of a pod-level grow 2 -> 3 CPUs carried 2046).
+        assert_eq!(shares_through_cgroup_v2(2048), 2046);
+        assert_eq!(shares_through_cgroup_v2(3072), 3069);
+        assert_eq!(shares_through_cgroup_v2(2), 2);
+        assert_eq!(shares_through_cgroup_v2(262_144), 262_144);
+        for milli in (10u64..64_000).step_by(7) {
+            let s = shares_from_milli(Some(milli));
+            let back = shares_through_cgroup_v2(s);
+            assert!(back <= s && s - back <= 27, "{milli}m: {s} -> {back}");
+        }
+        let two = resources(&cri(2048, 200_000, 128 << 20));
+        // The limit pass of a grow to 3 CPUs: new quota, the shares read back from cpu.weight.
+        let limit_pass = resized(&two, &cri(2046, 300_000, 128 << 20));
+        assert_eq!(
+            limit_pass.requests.cpu_milli,
+            Some(2000),
+            "the request did not move"
+        );
+        assert_eq!(limit_pass.limits.cpu_milli, Some(3000));
+        // The memory pass: new memory, the CPU as read back.
+        let mem = resized(&two, &cri(2046, 200_000, 192 << 20));
+        assert_eq!(mem.requests.cpu_milli, Some(2000));
+        assert_eq!(mem.limits.cpu_milli, Some(2000));
+        assert_eq!(mem.limits.memory, Some(192 << 20));
+        // The request pass of a shrink carries the new shares exactly: they move the request.
+        let three = resources(&cri(3072, 300_000, 128 << 20));
+        let shrink = resized(&three, &cri(2048, 300_000, 128 << 20));
+        assert_eq!(shrink.requests.cpu_milli, Some(2000));
     }
 
     #[test]

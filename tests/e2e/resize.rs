@@ -445,6 +445,77 @@ async fn a_pod_budget_resized_in_the_kubelets_passes_grows_and_shrinks() {
     assert_eq!(resizes(&shim, "refused"), 0);
 }
 
+/// The same passes on a cgroup v2 node: the kubelet merges each new value over the pod cgroup
+/// as it reads it back, and cgroup v2 returns the budget's shares through `cpu.weight` rounded
+/// down (2048 as 2046), so the limit pass of a grow says request 1999m, limit 3. Seen in the 2s
+/// guest with the real kubelet v1.37.2 (integration/numa-vm/resize-guest.sh): every pod-level
+/// grow was refused as a QoS change Guaranteed → Burstable until the read-back shares counted
+/// as unchanged. Grow, memory grow (whose own pass carries the read-back shares too) and
+/// shrink all apply, and the budget stays Guaranteed.
+#[tokio::test]
+async fn a_pod_budget_resized_on_cgroup_v2_reads_back_rounded_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let def = pod_def("web")
+        .pod_level(Res::guaranteed(2000, GI))
+        .container("main", Res::guaranteed(1000, GI / 2))
+        .container("helper", Res::default());
+    let (shim, _api, kubelet, running) = start(dir.path(), "pod", &[&def]).await;
+    let running = &running[0];
+    let (main, helper) = (
+        running.id("main").to_string(),
+        running.id("helper").to_string(),
+    );
+    let slice = runtime_cpus(&shim, &main);
+    let pool = runtime_cpus(&shim, &helper);
+    let budget = |shim: &Shim| {
+        shim.started
+            .placer
+            .registry()
+            .pod_of_sandbox(&running.sandbox)
+            .and_then(|p| p.spec.resources.clone())
+            .unwrap()
+    };
+    shim.fake().state().sandbox_updates_unimplemented = true;
+    let steps = [
+        (Res::guaranteed(2000, GI), Res::guaranteed(3000, GI)),
+        (
+            Res::guaranteed(3000, GI),
+            Res::guaranteed(3000, GI + GI / 2),
+        ),
+        (
+            Res::guaranteed(3000, GI + GI / 2),
+            Res::guaranteed(2000, GI + GI / 2),
+        ),
+    ];
+    for (n, (from, to)) in steps.iter().enumerate() {
+        let err = kubelet
+            .resize_sandbox_in_passes_cgroup_v2(&running.sandbox, from, to)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unimplemented, "step {n}: {err:?}");
+        let now = budget(&shim);
+        assert_eq!(
+            (now.requests.cpu_milli, now.limits.cpu_milli),
+            (to.cpu_req, to.cpu_lim),
+            "step {n}: the budget is Guaranteed at the new CPU"
+        );
+        assert_eq!(now.limits.memory, to.mem_lim, "step {n}");
+        assert_eq!(resizes(&shim, "refused"), 0, "step {n}");
+        assert_eq!(resizes(&shim, "applied"), n as u64 + 1, "step {n}");
+    }
+    let inherits = Res {
+        cpu_lim: Some(2000),
+        mem_lim: Some(GI + GI / 2),
+        ..Res::default()
+    };
+    kubelet.resize(&helper, &inherits).await.unwrap();
+    shim.eventually("the pod pool is back", |f| {
+        f.resources(&helper).cpuset_cpus == pool.to_string()
+    })
+    .await;
+    assert_eq!(runtime_cpus(&shim, &main), slice, "the slice stays");
+}
+
 /// The held CPUs of container `id` as numa-shim's registry has them.
 fn held(shim: &Shim, id: &str) -> CpuSet {
     shim.started

@@ -422,15 +422,57 @@ impl Kubelet {
         sandbox: &str,
         res: &crate::testing::e2e::kubelet::Res,
     ) -> Result<(), Status> {
+        self.update_sandbox(sandbox, res.linux()).await
+    }
+
+    async fn update_sandbox(
+        &self,
+        sandbox: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<(), Status> {
         self.client
             .clone()
             .update_pod_sandbox_resources(cri::UpdatePodSandboxResourcesRequest {
                 pod_sandbox_id: sandbox.to_string(),
-                resources: Some(res.linux()),
+                resources: Some(linux),
                 ..Default::default()
             })
             .await
             .map(|_| ())
+    }
+
+    /// [`Self::resize_sandbox_in_passes`] on a cgroup v2 node, memory included: the kubelet
+    /// merges each pass's new value over the pod cgroup as it read it, and cgroup v2 gives the
+    /// CPU request's shares back through `cpu.weight` rounded down (2048 as 2046:
+    /// `infer::shares_through_cgroup_v2`). The memory limit's pass comes first (on growth),
+    /// then the CPU limit and request passes in the order of `doPodResizeAction`, each only
+    /// when its value differs from the one read (so a memory resize also gets a request pass
+    /// that restates the exact shares).
+    pub async fn resize_sandbox_in_passes_cgroup_v2(
+        &self,
+        sandbox: &str,
+        from: &crate::testing::e2e::kubelet::Res,
+        to: &crate::testing::e2e::kubelet::Res,
+    ) -> Result<(), Status> {
+        let mut now = from.linux();
+        now.cpu_shares = crate::knowledge::infer::shares_through_cgroup_v2(now.cpu_shares);
+        let target = to.linux();
+        if target.memory_limit_in_bytes != now.memory_limit_in_bytes {
+            now.memory_limit_in_bytes = target.memory_limit_in_bytes;
+            self.update_sandbox(sandbox, now.clone()).await?;
+        }
+        let grow = target.cpu_quota > now.cpu_quota;
+        for limit_pass in if grow { [true, false] } else { [false, true] } {
+            if limit_pass && target.cpu_quota != now.cpu_quota {
+                now.cpu_quota = target.cpu_quota;
+            } else if !limit_pass && target.cpu_shares != now.cpu_shares {
+                now.cpu_shares = target.cpu_shares;
+            } else {
+                continue;
+            }
+            self.update_sandbox(sandbox, now.clone()).await?;
+        }
+        Ok(())
     }
 
     /// A pod-level CPU resize from budget `from` to `to` as the kubelet v1.37 actuates it
